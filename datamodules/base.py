@@ -1,0 +1,233 @@
+"""The base data module: seeded split before preprocessing, train-only statistics, one loader factory."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch import LightningDataModule
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
+
+SPLITS = ("train", "val", "test")
+
+
+def seed_worker(worker_id: int) -> None:
+    """Seed NumPy and ``random`` in a DataLoader worker from the seed torch gave that worker.
+
+    torch seeds each worker from the loader's generator, so worker randomness follows the data module's seed.
+    """
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def split_indices(
+    n: int, val_fraction: float, test_fraction: float, seed: int, labels: Tensor | None = None
+) -> dict[str, Tensor]:
+    """Disjoint, complete, seeded train/val/test index sets over ``range(n)``.
+
+    With ``labels`` the split is stratified: each class is split on its own, so class ratios in every split stay
+    within one sample of the whole.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    if labels is None:
+        groups = [torch.randperm(n, generator=generator)]
+    else:
+        groups = []
+        for cls in torch.unique(labels, sorted=True):
+            members = torch.nonzero(labels == cls, as_tuple=True)[0]
+            groups.append(members[torch.randperm(len(members), generator=generator)])
+    parts: dict[str, list[Tensor]] = {s: [] for s in SPLITS}
+    for group in groups:
+        n_val = int(round(len(group) * val_fraction))
+        n_test = int(round(len(group) * test_fraction))
+        parts["val"].append(group[:n_val])
+        parts["test"].append(group[n_val : n_val + n_test])
+        parts["train"].append(group[n_val + n_test :])
+    out = {}
+    for split, pieces in parts.items():
+        joined = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.long)
+        # shuffle across classes so the split is not ordered by class
+        out[split] = joined[torch.randperm(len(joined), generator=generator)]
+    return out
+
+
+class BaseDataModule(LightningDataModule):
+    """Base of the loopwise data modules.
+
+    Owns the seeded train/val/test split (done before any preprocessing), preprocessing statistics fitted on the
+    train split only, and one loader factory: ``pin_memory`` when training on CUDA, ``persistent_workers`` when
+    ``num_workers > 0``, ``drop_last`` for the train loader only, a seeded generator and seeded workers.
+    In-memory subclasses implement ``load`` and get whole-batch tensor indexing.
+
+    Args:
+        batch_size: Samples per batch (train, val, test and predict).
+        val_fraction: Fraction of the samples held out for validation.
+        test_fraction: Fraction of the samples held out for testing.
+        seed: Seed of the split and of the train shuffling.
+        num_workers: DataLoader worker processes (0 loads in the main process; best for in-memory data).
+        drop_last: Drop the last incomplete train batch (never applied to val/test).
+        pin_memory: Pin host memory for faster host-to-GPU copies; default: on when training on CUDA.
+        stratify: Split each class on its own so every split keeps the class ratios (classification data).
+    """
+
+    def __init__(
+        self,
+        batch_size: int = 64,
+        val_fraction: float = 0.2,
+        test_fraction: float = 0.0,
+        seed: int = 0,
+        num_workers: int = 0,
+        drop_last: bool = False,
+        pin_memory: bool | None = None,
+        stratify: bool = True,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if batch_size < 1:
+            raise ValueError(f"{name}: batch_size must be >= 1, got {batch_size}")
+        if not 0.0 <= val_fraction < 1.0 or not 0.0 <= test_fraction < 1.0 or val_fraction + test_fraction >= 1.0:
+            raise ValueError(
+                f"{name}: val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be in [0, 1) and "
+                "leave samples for training"
+            )
+        if num_workers < 0:
+            raise ValueError(f"{name}: num_workers must be >= 0, got {num_workers}")
+        self.batch_size = batch_size
+        self.val_fraction = val_fraction
+        self.test_fraction = test_fraction
+        self.seed = seed
+        self.num_workers = num_workers
+        self.drop_last = drop_last
+        self.pin_memory = pin_memory
+        self.stratify = stratify
+        self.datasets: dict[str, Dataset] = {}
+        self.class_counts: list[int] | None = None
+
+    # --- what subclasses provide ----------------------------------------------------------------------------
+    def load(self) -> tuple[Tensor, Tensor]:
+        """All samples as (features, targets) tensors, before any split or preprocessing."""
+        raise NotImplementedError
+
+    def fit_preprocessing(self, train_features: Tensor) -> None:
+        """Learn preprocessing statistics from the train split only (default: none)."""
+
+    def preprocess(self, features: Tensor) -> Tensor:
+        """Apply the fitted preprocessing to any split (default: identity)."""
+        return features
+
+    # --- description ----------------------------------------------------------------------------------------
+    @property
+    def num_classes(self) -> int | None:
+        """Number of classes, for classification data; ``None`` otherwise."""
+        return None
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Samples per split (after ``setup``)."""
+        return {split: len(ds) for split, ds in self.datasets.items()}  # type: ignore[arg-type]
+
+    # --- Lightning hooks -------------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        features, targets = self.load()
+        self.validate_samples(features, targets)
+        is_class_data = self.num_classes is not None
+        labels = targets if (self.stratify and is_class_data) else None
+        indices = split_indices(len(features), self.val_fraction, self.test_fraction, self.seed, labels)
+        self.check_split_sizes(indices)
+        self.fit_preprocessing(features[indices["train"]])
+        for split, idx in indices.items():
+            self.datasets[split] = BatchedTensorDataset(self.preprocess(features[idx]), targets[idx])
+        if is_class_data:
+            counts = torch.bincount(targets[indices["train"]], minlength=self.num_classes)
+            self.class_counts = counts.tolist()
+
+    def validate_samples(self, features: Tensor, targets: Tensor) -> None:
+        """Reject non-finite features and out-of-range labels with a message naming the first bad row."""
+        name = type(self).__name__
+        if len(features) == 0:
+            raise ValueError(f"{name}: the data set is empty")
+        if features.is_floating_point():
+            bad = ~torch.isfinite(features.reshape(len(features), -1)).all(dim=1)
+            if bad.any():
+                row = int(torch.nonzero(bad)[0])
+                raise ValueError(f"{name}: {int(bad.sum())} sample(s) have NaN or inf features; first at row {row}")
+        if self.num_classes is not None:
+            out = (targets < 0) | (targets >= self.num_classes)
+            if out.any():
+                row = int(torch.nonzero(out)[0])
+                raise ValueError(
+                    f"{name}: label {int(targets[row])} at row {row} is outside [0, {self.num_classes - 1}]"
+                )
+
+    def check_split_sizes(self, indices: dict[str, Tensor]) -> None:
+        """Fail before training on an empty split or a train split that drop_last would empty."""
+        name = type(self).__name__
+        sizes = {split: len(idx) for split, idx in indices.items()}
+        if sizes["train"] == 0:
+            raise ValueError(f"{name}: the train split is empty (sizes {sizes})")
+        for split, fraction in (("val", self.val_fraction), ("test", self.test_fraction)):
+            if fraction > 0 and sizes[split] == 0:
+                raise ValueError(f"{name}: {split}_fraction={fraction} leaves the {split} split empty (sizes {sizes})")
+        if self.drop_last and sizes["train"] < self.batch_size:
+            raise ValueError(
+                f"{name}: the train split has {sizes['train']} samples, fewer than batch_size={self.batch_size} "
+                "with drop_last=True, so every batch would be dropped"
+            )
+
+    # --- the loader factory ---------------------------------------------------------------------------------
+    def uses_cuda(self) -> bool:
+        """Whether the attached trainer runs on a CUDA device."""
+        trainer = self.trainer
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
+
+    def make_loader(self, dataset: Dataset, train: bool) -> DataLoader:
+        """The one place loaders are built: seeded shuffling for train, batch fetching, pinning, workers."""
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        kwargs: dict[str, Any] = {}
+        if self.num_workers > 0:
+            kwargs.update(persistent_workers=True, worker_init_fn=seed_worker)
+        if isinstance(dataset, BatchedTensorDataset):
+            kwargs["collate_fn"] = keep_batch
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=train,
+            drop_last=self.drop_last and train,
+            num_workers=self.num_workers,
+            pin_memory=self.uses_cuda() if self.pin_memory is None else self.pin_memory,
+            generator=torch.Generator().manual_seed(self.seed + epoch),
+            **kwargs,
+        )
+
+    def split(self, name: str) -> Dataset:
+        """The dataset of one split, with a clear error when it does not exist."""
+        if not self.datasets:
+            self.setup()
+        dataset = self.datasets.get(name)
+        if dataset is None or len(dataset) == 0:  # type: ignore[arg-type]
+            raise ValueError(f"{type(self).__name__}: there is no {name} split; set {name}_fraction > 0")
+        return dataset
+
+    def train_dataloader(self) -> DataLoader:
+        return self.make_loader(self.split("train"), train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.make_loader(self.split("val"), train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.make_loader(self.split("test"), train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """Predict on the test split, or on the val split when there is no test split."""
+        if not self.datasets:
+            self.setup()
+        name = "test" if len(self.datasets["test"]) else "val"  # type: ignore[arg-type]
+        return self.make_loader(self.split(name), train=False)

@@ -1,0 +1,9 @@
+"""LightningModules for common tasks: inject any ``nn.Module`` network, get the right loop by default.
+
+These modules never import ``recipes`` and work with a plain ``lightning.Trainer``.
+"""
+
+from lightning_modules.classification import ClassificationModule
+from lightning_modules.task import Task
+
+__all__ = ["ClassificationModule", "Task"]

@@ -1,0 +1,174 @@
+"""The base LightningModule every loopwise task shares.
+
+``Task`` owns what all tasks have in common: the injected network, the optimizer with two parameter groups, the
+learning-rate schedule (built from the trainer's real number of optimizer steps), one torchmetrics collection per
+stage, the monitored metric, and hyperparameters that let ``load_from_checkpoint`` rebuild the task. Subclasses
+add only their loss, metrics and how a batch becomes (outputs, targets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+
+from lightning_modules.optim import Constant, Schedule, param_groups, total_optimizer_steps
+
+STAGES = ("train", "val", "test")
+LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity")
+
+
+@dataclass
+class StepOutput:
+    """What a task's ``forward_batch`` returns for one batch."""
+
+    loss: Tensor
+    outputs: Tensor
+    targets: Tensor
+    batch_size: int
+
+
+def split_batch(batch: Any) -> tuple[Any, Tensor | None]:
+    """Split a batch into (inputs, targets).
+
+    Accepts ``(inputs, targets)`` tuples/lists, a bare input tensor (prediction), or a dict with a ``labels`` key
+    whose other keys are passed to the network as keyword arguments.
+    """
+    if isinstance(batch, Mapping):
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        return inputs, batch.get("labels")
+    if isinstance(batch, (tuple, list)):
+        if len(batch) == 2:
+            return batch[0], batch[1]
+        if len(batch) == 1:
+            return batch[0], None
+        raise ValueError(f"expected a batch of (inputs, targets), got a sequence of {len(batch)} items")
+    return batch, None
+
+
+def batch_length(inputs: Any) -> int:
+    """Number of samples in a batch of inputs (tensor or dict of tensors)."""
+    if isinstance(inputs, Mapping):
+        inputs = next(iter(inputs.values()))
+    return int(inputs.shape[0])
+
+
+class Task(LightningModule):
+    """Base of every loopwise task: network, optimizer, schedule, per-stage metrics and the monitored metric.
+
+    Args:
+        model: The network (any ``nn.Module``). In YAML: a ``class_path`` with ``init_args``.
+        optimizer: A callable that builds the optimizer from parameter groups (default ``torch.optim.AdamW``).
+            Biases and norm weights are put in a group with ``weight_decay=0``.
+        schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
+        monitor: Metric that defines "best" for checkpoints, early stopping and ``Plateau``; default per task.
+        monitor_mode: "min" or "max" for ``monitor``; default: "min" for losses and errors, "max" otherwise.
+    """
+
+    default_monitor: str = "val/loss"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        schedule: Schedule | None = None,
+        monitor: str | None = None,
+        monitor_mode: Literal["min", "max"] | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"{type(self).__name__}: model must be an nn.Module, got {type(model).__name__}")
+        # Created by LightningCLI, the hyperparameters are the parsed config (class paths, plain values), which
+        # load_from_checkpoint can rebuild the network from. Created in Python, the network, optimizer and
+        # schedule are objects that a weights_only checkpoint cannot hold: pass them again when loading.
+        from_config = _given_hyperparameters.get() is not None
+        self.save_hyperparameters(ignore=[] if from_config else ["model", "optimizer", "schedule"], logger=False)
+        self.model = model
+        self.optimizer = optimizer
+        self.schedule = schedule if schedule is not None else Constant()
+        self.monitor = monitor or self.default_monitor
+        self.monitor_mode = monitor_mode or self.mode_for(self.monitor)
+        metrics = self.build_metrics()
+        self.train_metrics = metrics.clone(prefix="train/")
+        self.val_metrics = metrics.clone(prefix="val/")
+        self.test_metrics = metrics.clone(prefix="test/")
+
+    @staticmethod
+    def mode_for(metric: str) -> Literal["min", "max"]:
+        """"min" for losses and errors, "max" for scores such as accuracy."""
+        name = metric.rsplit("/", 1)[-1].lower()
+        return "min" if any(name.endswith(suffix) for suffix in LOWER_IS_BETTER) else "max"
+
+    # --- hooks for subclasses -------------------------------------------------------------------------------
+    def build_metrics(self) -> MetricCollection:
+        """The task's metrics; cloned once per stage so train/val/test never share state."""
+        raise NotImplementedError
+
+    def forward_batch(self, batch: Any) -> StepOutput:
+        """Run the network on a batch and compute the loss."""
+        raise NotImplementedError
+
+    def metric_inputs(self, out: StepOutput) -> tuple[Tensor, Tensor]:
+        """(preds, target) for the metric collection."""
+        return out.outputs, out.targets
+
+    def check_data(self, datamodule: Any) -> None:
+        """Raise ``ValueError`` when the data module's description contradicts the task (called at setup)."""
+
+    # --- LightningModule ------------------------------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        return self.model(*args, **kwargs)
+
+    def run_model(self, inputs: Any) -> Tensor:
+        """Call the network on tensor inputs or on a dict of named inputs."""
+        if isinstance(inputs, Mapping):
+            return self.model(**inputs)
+        return self.model(inputs)
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None:
+            self.check_data(datamodule)
+
+    def _shared_step(self, batch: Any, stage: str) -> StepOutput:
+        out = self.forward_batch(batch)
+        metrics: MetricCollection = getattr(self, f"{stage}_metrics")
+        metrics.update(*self.metric_inputs(out))
+        on_step = stage == "train"
+        self.log(
+            f"{stage}/loss",
+            out.loss.detach(),
+            on_step=on_step,
+            on_epoch=not on_step,
+            prog_bar=True,
+            batch_size=out.batch_size,
+            sync_dist=not on_step,
+        )
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
+        return out
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train").loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer(param_groups(self))
+        total_steps = None
+        if self.schedule.needs_total_steps:
+            total_steps = total_optimizer_steps(self.trainer.estimated_stepping_batches, self.schedule)
+        scheduler = self.schedule.build(optimizer, total_steps, self.monitor, self.monitor_mode)
+        if scheduler is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}

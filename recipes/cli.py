@@ -1,0 +1,211 @@
+"""The ``recipes`` command: LightningCLI with loopwise's defaults.
+
+``recipes fit -c configs/spiral_mlp.yaml`` trains a recipe; ``validate``, ``test`` and ``predict`` evaluate a
+checkpoint (``--ckpt_path best|last|<file>``). Every run is tracked in MLflow (``./mlflow.db`` by default).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from jsonargparse import Namespace
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+import datamodules  # noqa: F401  (registers the data modules for short class names)
+import lightning_modules  # noqa: F401  (registers the tasks for short class names)
+from recipes.checkpoints import RunCheckpoint, resolve_checkpoint
+from recipes.predictions import PredictionCsvWriter
+from recipes.progress import EpochSummary
+from recipes.run_record import RunRecord
+from recipes.tracking import RecipeLogger
+
+DEFAULT_EXPERIMENT = "loopwise"
+INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, MisconfigurationException)
+
+
+class RecipeInputError(Exception):
+    """A config, data or checkpoint problem found before the training loop started."""
+
+
+def git_commit(cwd: Path) -> str | None:
+    """HEAD of the git repository containing ``cwd``, if any."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def loop_started(trainer: Trainer) -> bool:
+    """Whether any loop of ``trainer`` has started processing a batch."""
+    progresses = [
+        trainer.fit_loop.epoch_loop.batch_progress,
+        trainer.validate_loop.batch_progress,
+        trainer.test_loop.batch_progress,
+        trainer.predict_loop.batch_progress,
+    ]
+    return any(p.total.started > 0 for p in progresses)
+
+
+class RecipesCLI(LightningCLI):
+    """LightningCLI with MLflow tracking, per-run checkpoints and the loop's defaults switched on."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        super().__init__(
+            model_class=None,
+            datamodule_class=None,
+            save_config_callback=RunRecord,
+            save_config_kwargs={"save_to_log_dir": False, "overwrite": True},
+            auto_configure_optimizers=False,
+            args=args,
+            run=run,
+        )
+
+    # --- parser ---------------------------------------------------------------------------------------------
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.set_defaults({"trainer.logger": {"class_path": "recipes.tracking.RecipeLogger"}})
+        parser.add_argument(
+            "--early_stopping_patience",
+            type=int | None,
+            default=None,
+            help="Stop training when the task's monitored metric has not improved for this many validations.",
+        )
+        parser.add_argument(
+            "--checkpoints_dir",
+            type=str,
+            default="checkpoints",
+            help="Root directory of checkpoints: <checkpoints_dir>/<experiment>/<run id>/{best,last}.ckpt.",
+        )
+        parser.add_argument(
+            "--predictions_path",
+            type=str | None,
+            default=None,
+            help="CSV file for `recipes predict` (default predictions/<experiment>-<time>.csv).",
+        )
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        cfg = self.subcommand_config
+        if cfg is None:
+            return
+        recipe = self.recipe_name(cfg)
+        logger = cfg.get("trainer", Namespace()).get("logger")
+        if isinstance(logger, Namespace) and logger.get("class_path", "").endswith("RecipeLogger"):
+            if not logger.get("init_args.experiment_name"):
+                logger["init_args.experiment_name"] = recipe
+        if cfg.get("ckpt_path"):
+            try:
+                cfg["ckpt_path"] = resolve_checkpoint(cfg.ckpt_path, self.experiment_name(cfg), cfg.checkpoints_dir)
+            except FileNotFoundError as err:
+                parser.error(str(err))
+
+    @property
+    def subcommand_config(self) -> Namespace | None:
+        """The parsed config of the chosen subcommand."""
+        sub = self.config.get("subcommand")
+        return self.config[sub] if sub else None
+
+    @staticmethod
+    def recipe_name(cfg: Namespace) -> str:
+        """The recipe's file stem: the first ``-c`` file."""
+        paths = cfg.get("config") or []
+        for path in paths:
+            return Path(str(path)).stem
+        return DEFAULT_EXPERIMENT
+
+    def experiment_name(self, cfg: Namespace) -> str:
+        """MLflow experiment of this run: the logger's experiment_name, else the recipe name."""
+        logger = cfg.get("trainer", Namespace()).get("logger")
+        if isinstance(logger, Namespace):
+            name = logger.get("init_args", Namespace()).get("experiment_name")
+            if name:
+                return str(name)
+        return self.recipe_name(cfg)
+
+    # --- instantiation --------------------------------------------------------------------------------------
+    def before_instantiate_classes(self) -> None:
+        cfg = self.subcommand_config
+        assert cfg is not None
+        precision = str(cfg.trainer.get("precision"))
+        accelerator = str(cfg.trainer.get("accelerator"))
+        if precision.startswith("bf16") and accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+            if not torch.cuda.is_bf16_supported():
+                raise RecipeInputError(
+                    f"precision {precision!r} was requested but {torch.cuda.get_device_name()} has no bf16 support: "
+                    "use -c configs/trainer/gpu-fp16.yaml (16-mixed with a GradScaler) instead"
+                )
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        cfg = self.subcommand_config
+        assert cfg is not None
+        self.trainer_defaults["callbacks"] = self.default_callbacks(cfg)
+        trainer_cfg = cfg.get("trainer", Namespace())
+        if trainer_cfg.get("enable_progress_bar") is None and not sys.stdout.isatty():
+            kwargs.setdefault("enable_progress_bar", False)
+        trainer = super().instantiate_trainer(**kwargs)
+        for logger in trainer.loggers:
+            if isinstance(logger, RecipeLogger):
+                tags = {"loopwise.recipe": self.recipe_name(cfg), "loopwise.stage": self.subcommand}
+                if cfg.get("ckpt_path"):
+                    tags["loopwise.ckpt_path"] = cfg.ckpt_path
+                commit = git_commit(Path.cwd())
+                if commit:
+                    tags["loopwise.git_commit"] = commit
+                logger.add_tags(tags)
+        return trainer
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except INPUT_ERRORS as err:
+            raise RecipeInputError(f"{type(err).__name__}: {err}") from err
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except INPUT_ERRORS as err:
+            if loop_started(self.trainer):
+                raise
+            raise RecipeInputError(f"{type(err).__name__}: {err}") from err
+
+    def default_callbacks(self, cfg: Namespace) -> list[Callback]:
+        """Callbacks every recipe gets: checkpoints, LR monitor, early stopping, predictions, epoch lines."""
+        monitor = getattr(self.model, "monitor", "val/loss")
+        mode = getattr(self.model, "monitor_mode", "min")
+        experiment = self.experiment_name(cfg)
+        callbacks: list[Callback] = [
+            RunCheckpoint(cfg.checkpoints_dir, experiment, monitor=monitor, mode=mode),
+            LearningRateMonitor(logging_interval="step"),
+        ]
+        if cfg.get("early_stopping_patience") is not None:
+            callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=cfg.early_stopping_patience))
+        if self.subcommand == "predict":
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            path = cfg.get("predictions_path") or f"predictions/{experiment}-{stamp}.csv"
+            callbacks.append(PredictionCsvWriter(path))
+        if not sys.stdout.isatty():
+            callbacks.append(EpochSummary())
+        return callbacks
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of ``recipes`` and ``python -m recipes``; ``args`` defaults to ``sys.argv[1:]``.
+
+    Config, data and checkpoint problems found before the loop starts end with one ``recipes: error:`` line and
+    exit code 2; errors during training keep their traceback.
+    """
+    try:
+        RecipesCLI(args=args)
+    except RecipeInputError as err:
+        print(f"recipes: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,93 @@
+"""MLflow tracking: the embedded SQLite default, or a server named by MLFLOW_TRACKING_URI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import MLFlowLogger
+
+CHECKPOINT_ARTIFACT_DIR = "checkpoints"
+
+
+def default_tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` if set (read now, not at import), else ``sqlite:///<cwd>/mlflow.db``."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+
+
+class RecipeLogger(MLFlowLogger):
+    """Lightning's MLflow logger with loopwise defaults.
+
+    The tracking URI is resolved when the logger is built (``MLFLOW_TRACKING_URI``, else an SQLite file
+    ``mlflow.db`` in the working directory with artifacts under ``./mlruns``). Checkpoints are logged as run
+    artifacts under fixed names, ``checkpoints/best.ckpt`` and ``checkpoints/last.ckpt``.
+
+    Args:
+        experiment_name: MLflow experiment; default: the recipe's file stem.
+        run_name: MLflow run name; default: MLflow picks one.
+        tracking_uri: Tracking server or database URI; default: ``MLFLOW_TRACKING_URI`` or ``./mlflow.db``.
+        tags: Extra run tags.
+        log_model: Upload the best and last checkpoints: ``true`` at the end of the run, ``all`` after every save,
+            ``false`` never.
+        run_id: Continue this existing run instead of creating one.
+    """
+
+    def __init__(
+        self,
+        experiment_name: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        tags: dict[str, str] | None = None,
+        log_model: Literal[True, False, "all"] = True,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            experiment_name=experiment_name or "loopwise",
+            run_name=run_name,
+            tracking_uri=tracking_uri or default_tracking_uri(),
+            tags=dict(tags) if tags else None,
+            log_model=log_model,
+            run_id=run_id,
+        )
+
+    @property
+    def experiment_name(self) -> str:
+        """Name of the MLflow experiment this logger writes to."""
+        return self._experiment_name
+
+    def add_tags(self, tags: dict[str, Any]) -> None:
+        """Tags for the run: set at creation if it does not exist yet, else written to it now."""
+        if self._initialized:
+            for key, value in tags.items():
+                self.experiment.set_tag(self.run_id, key, str(value))
+        else:
+            self.tags = {**(self.tags or {}), **{k: str(v) for k, v in tags.items()}}
+
+    def _scan_and_log_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
+        """Upload the callback's best and last checkpoints as ``checkpoints/best.ckpt`` and ``last.ckpt``."""
+        for alias, path in (("best", checkpoint_callback.best_model_path), ("last", checkpoint_callback.last_model_path)):
+            if not path or not os.path.isfile(path):
+                continue
+            stamp = os.path.getmtime(path)
+            if self._logged_model_time.get(alias) == stamp:
+                continue
+            if Path(path).name == f"{alias}.ckpt":
+                self.experiment.log_artifact(self.run_id, path, CHECKPOINT_ARTIFACT_DIR)
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    staged = Path(tmp) / f"{alias}.ckpt"
+                    shutil.copyfile(path, staged)
+                    self.experiment.log_artifact(self.run_id, str(staged), CHECKPOINT_ARTIFACT_DIR)
+            self._logged_model_time[alias] = stamp
+
+
+def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:
+    """The first MLflow logger of a trainer, or ``None``."""
+    return next((lg for lg in loggers if isinstance(lg, MLFlowLogger)), None)
