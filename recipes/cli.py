@@ -46,6 +46,20 @@ def git_commit(cwd: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def concise_error(err: BaseException) -> str:
+    """One readable message: jsonargparse's Union report cut down to the errors that are not 'not None'."""
+    text = str(err)
+    if "Does not validate against any of the Union subtypes" in text:
+        reasons = [
+            line.strip()[2:]
+            for line in text.splitlines()
+            if line.strip().startswith("- ") and "NoneType" not in line
+        ]
+        if reasons:
+            return "; ".join(reasons)
+    return f"{type(err).__name__}: {text}"
+
+
 def loop_started(trainer: Trainer) -> bool:
     """Whether any loop of ``trainer`` has started processing a batch."""
     progresses = [
@@ -138,6 +152,11 @@ class RecipesCLI(LightningCLI):
         assert cfg is not None
         precision = str(cfg.trainer.get("precision"))
         accelerator = str(cfg.trainer.get("accelerator"))
+        if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+            raise RecipeInputError(
+                f"trainer.accelerator={accelerator!r} (e.g. from configs/trainer/gpu-*.yaml) but torch sees no CUDA "
+                "device: leave that -c out, use -c configs/trainer/cpu.yaml, or pass --trainer.accelerator cpu"
+            )
         if precision.startswith("bf16") and accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
             if not torch.cuda.is_bf16_supported():
                 raise RecipeInputError(
@@ -168,7 +187,7 @@ class RecipesCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except INPUT_ERRORS as err:
-            raise RecipeInputError(f"{type(err).__name__}: {err}") from err
+            raise RecipeInputError(concise_error(err)) from err
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
@@ -176,19 +195,20 @@ class RecipesCLI(LightningCLI):
         except INPUT_ERRORS as err:
             if loop_started(self.trainer):
                 raise
-            raise RecipeInputError(f"{type(err).__name__}: {err}") from err
+            raise RecipeInputError(concise_error(err)) from err
 
     def default_callbacks(self, cfg: Namespace) -> list[Callback]:
         """Callbacks every recipe gets: checkpoints, LR monitor, early stopping, predictions, epoch lines."""
         monitor = getattr(self.model, "monitor", "val/loss")
         mode = getattr(self.model, "monitor_mode", "min")
         experiment = self.experiment_name(cfg)
-        callbacks: list[Callback] = [
-            RunCheckpoint(cfg.checkpoints_dir, experiment, monitor=monitor, mode=mode),
-            LearningRateMonitor(logging_interval="step"),
-        ]
-        if cfg.get("early_stopping_patience") is not None:
-            callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=cfg.early_stopping_patience))
+        callbacks: list[Callback] = []
+        if self.subcommand == "fit":
+            callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, monitor=monitor, mode=mode))
+            if cfg.get("trainer", Namespace()).get("logger") not in (False, None):
+                callbacks.append(LearningRateMonitor(logging_interval="step"))
+            if cfg.get("early_stopping_patience") is not None:
+                callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=cfg.early_stopping_patience))
         if self.subcommand == "predict":
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             path = cfg.get("predictions_path") or f"predictions/{experiment}-{stamp}.csv"
