@@ -171,4 +171,7 @@ class Task(LightningModule):
         scheduler = self.schedule.build(optimizer, total_steps, self.monitor, self.monitor_mode)
         if scheduler is None:
             return optimizer
+        if scheduler.get("interval") == "epoch" and "monitor" in scheduler:
+            # a metric-driven schedule can only step when validation has produced the metric
+            scheduler["frequency"] = self.trainer.check_val_every_n_epoch or 1
         return {"optimizer": optimizer, "lr_scheduler": scheduler}

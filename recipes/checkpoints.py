@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -15,7 +15,12 @@ ALIASES = ("best", "last")
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that keeps ``best.ckpt`` (by the task's monitored metric) and ``last.ckpt`` per run.
+    """One checkpoint file per run that a recipe keeps up to date: ``best.ckpt`` or ``last.ckpt``.
+
+    ``alias="best"`` keeps the checkpoint with the best value of ``monitor``; ``alias="last"`` is rewritten after
+    every validation. Two callbacks instead of ``save_last=True`` because since Lightning 2.6 ``save_last`` only
+    writes ``last.ckpt`` when a top-k checkpoint is saved at the same step, so with ``save_top_k=1`` it silently
+    becomes a copy of the best checkpoint and resuming from it rewinds training.
 
     Files go to ``<root>/<experiment>/<MLflow run id>/`` (or a timestamp when no MLflow logger is attached), so
     runs never overwrite each other's checkpoints.
@@ -23,18 +28,41 @@ class RunCheckpoint(ModelCheckpoint):
     Args:
         root: Directory that holds the checkpoints of every experiment.
         experiment: Experiment name (the recipe's file stem).
-        monitor: Metric that defines the best checkpoint.
+        alias: "best" or "last".
+        monitor: Metric that defines the best checkpoint (``alias="best"`` only).
         mode: "min" or "max" for ``monitor``.
     """
 
-    def __init__(self, root: str | Path, experiment: str, monitor: str, mode: str, **kwargs: Any) -> None:
-        kwargs.setdefault("filename", "best")
-        kwargs.setdefault("save_last", True)
-        kwargs.setdefault("save_top_k", 1)
-        kwargs.setdefault("auto_insert_metric_name", False)
-        super().__init__(monitor=monitor, mode=mode, **kwargs)
+    def __init__(
+        self,
+        root: str | Path,
+        experiment: str,
+        alias: Literal["best", "last"],
+        monitor: str | None = None,
+        mode: Literal["min", "max"] = "min",
+        **kwargs: Any,
+    ) -> None:
+        if alias not in ALIASES:
+            raise ValueError(f"RunCheckpoint: alias must be one of {ALIASES}, got {alias!r}")
+        if alias == "best" and not monitor:
+            raise ValueError("RunCheckpoint(alias='best') needs the metric to monitor")
+        super().__init__(
+            filename=alias,
+            monitor=monitor if alias == "best" else None,
+            mode=mode,
+            save_top_k=1,
+            save_last=False,
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+            **kwargs,
+        )
+        self.alias = alias
         self.root = Path(root)
         self.experiment = experiment
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(alias=self.alias, monitor=self.monitor, mode=self.mode)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.dirpath is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from recipes.run_record import RunRecord
 from recipes.tracking import RecipeLogger
 
 DEFAULT_EXPERIMENT = "loopwise"
+# torch 2.13 deprecates an API that Lightning 2.6 calls on every step; the warning says nothing to a recipe user
+warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
 INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, MisconfigurationException)
 
 
@@ -204,7 +207,8 @@ class RecipesCLI(LightningCLI):
         experiment = self.experiment_name(cfg)
         callbacks: list[Callback] = []
         if self.subcommand == "fit":
-            callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, monitor=monitor, mode=mode))
+            callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "best", monitor=monitor, mode=mode))
+            callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "last"))
             if cfg.get("trainer", Namespace()).get("logger") not in (False, None):
                 callbacks.append(LearningRateMonitor(logging_interval="step"))
             if cfg.get("early_stopping_patience") is not None:

@@ -56,6 +56,7 @@ class RecipeLogger(MLFlowLogger):
             log_model=log_model,
             run_id=run_id,
         )
+        self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
 
     @property
     def experiment_name(self) -> str:
@@ -70,22 +71,44 @@ class RecipeLogger(MLFlowLogger):
         else:
             self.tags = {**(self.tags or {}), **{k: str(v) for k, v in tags.items()}}
 
-    def _scan_and_log_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
-        """Upload the callback's best and last checkpoints as ``checkpoints/best.ckpt`` and ``last.ckpt``."""
-        for alias, path in (("best", checkpoint_callback.best_model_path), ("last", checkpoint_callback.last_model_path)):
+    def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
+        """Remember every checkpoint callback (Lightning's logger keeps only the latest); upload now for "all"."""
+        self._checkpoint_callbacks[checkpoint_callback.state_key] = checkpoint_callback
+        if self._log_model == "all":
+            self.upload_checkpoints(checkpoint_callback)
+
+    def finalize(self, status: str = "success") -> None:
+        if self._initialized and self._log_model:
+            for callback in self._checkpoint_callbacks.values():
+                self.upload_checkpoints(callback)
+        self._checkpoint_callback = None  # uploaded above, under fixed names
+        super().finalize(status)
+
+    def upload_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
+        """Upload a callback's checkpoints as ``checkpoints/best.ckpt`` / ``checkpoints/last.ckpt``.
+
+        A ``RunCheckpoint`` names its own alias; a plain ``ModelCheckpoint`` gives its best and last paths.
+        Files already uploaded unchanged are skipped.
+        """
+        alias = getattr(checkpoint_callback, "alias", None)
+        if alias is not None:
+            pairs = [(alias, checkpoint_callback.best_model_path)]
+        else:
+            pairs = [("best", checkpoint_callback.best_model_path), ("last", checkpoint_callback.last_model_path)]
+        for name, path in pairs:
             if not path or not os.path.isfile(path):
                 continue
             stamp = os.path.getmtime(path)
-            if self._logged_model_time.get(alias) == stamp:
+            if self._logged_model_time.get(name) == stamp:
                 continue
-            if Path(path).name == f"{alias}.ckpt":
+            if Path(path).name == f"{name}.ckpt":
                 self.experiment.log_artifact(self.run_id, path, CHECKPOINT_ARTIFACT_DIR)
             else:
                 with tempfile.TemporaryDirectory() as tmp:
-                    staged = Path(tmp) / f"{alias}.ckpt"
+                    staged = Path(tmp) / f"{name}.ckpt"
                     shutil.copyfile(path, staged)
                     self.experiment.log_artifact(self.run_id, str(staged), CHECKPOINT_ARTIFACT_DIR)
-            self._logged_model_time[alias] = stamp
+            self._logged_model_time[name] = stamp
 
 
 def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:

@@ -1,0 +1,42 @@
+"""Shared fixtures: every test runs in its own working directory with the embedded MLflow default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+SPIRAL = CONFIGS / "spiral_mlp.yaml"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh working directory with no MLFLOW_TRACKING_URI: runs land in ./mlflow.db, ./mlruns, ./checkpoints."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path
+
+
+def mlflow_client(directory: Path):
+    """An MLflow client on the embedded store of ``directory``."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(f"sqlite:///{Path(directory).resolve() / 'mlflow.db'}")
+
+
+def runs_of(directory: Path, experiment: str) -> list:
+    """All runs of ``experiment`` in the embedded store of ``directory``, oldest first."""
+    client = mlflow_client(directory)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    return list(runs)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONWARNINGS", os.environ.get("PYTHONWARNINGS", "ignore::DeprecationWarning"))

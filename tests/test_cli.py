@@ -1,0 +1,242 @@
+"""The `recipes` command in-process: the spiral recipe end to end on the embedded MLflow store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from recipes.cli import main
+from tests.conftest import CONFIGS, SPIRAL, mlflow_client, runs_of
+
+RECIPES = sorted(p for p in CONFIGS.glob("*.yaml"))
+FRAGMENTS = sorted(p for p in (CONFIGS / "trainer").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """One full `recipes fit -c configs/spiral_mlp.yaml` in its own directory, shared by the tests below."""
+    directory = tmp_path_factory.mktemp("spiral_fit")
+    old = Path.cwd()
+    saved_uri = os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.chdir(directory)
+    try:
+        main(["fit", "-c", str(SPIRAL)])
+    finally:
+        os.chdir(old)
+        if saved_uri is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = saved_uri
+    return directory
+
+
+@pytest.mark.slow
+def test_fit_reaches_target_and_records_one_finished_run(fitted):
+    runs = runs_of(fitted, "spiral_mlp")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    client = mlflow_client(fitted)
+    history = client.get_metric_history(run.info.run_id, "val/acc")
+    assert max(m.value for m in history) >= 0.95
+    assert len(history) == 40  # one value per epoch
+    assert len(client.get_metric_history(run.info.run_id, "train/loss")) >= 40 * 22 // 10 - 1
+    # curated params
+    p = run.data.params
+    assert p["lr"] == "0.01" and p["batch_size"] == "64" and p["effective_batch_size"] == "64"
+    assert p["schedule"] == "WarmupCosine" and p["optimizer"] == "AdamW" and p["seed"] == "0"
+    assert p["train_samples"] == "1400" and p["val_samples"] == "399" and p["test_samples"] == "201"
+    assert p["total_optimizer_steps"] == str(40 * 22) and p["precision"] == "32-true"
+    assert p["task"] == "ClassificationModule" and p["network"] == "MLP" and p["data"] == "SpiralDataModule"
+    assert run.data.tags["loopwise.recipe"] == "spiral_mlp" and run.data.tags["loopwise.stage"] == "fit"
+    # the LR monitor logs per step
+    assert len(client.get_metric_history(run.info.run_id, "lr/decay")) > 0
+    # artifacts: the resolved config and both checkpoints under fixed names
+    top = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "checkpoints"} <= top
+    ckpts = {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}
+    assert ckpts == {"checkpoints/best.ckpt", "checkpoints/last.ckpt"}
+    config_path = client.download_artifacts(run.info.run_id, "config.yaml", str(fitted / "dl"))
+    config = yaml.safe_load(Path(config_path).read_text())
+    assert config["model"]["init_args"]["optimizer"]["init_args"]["lr"] == 0.01
+    assert config["trainer"]["gradient_clip_val"] == 1.0
+    assert config["trainer"]["logger"]["init_args"]["experiment_name"] == "spiral_mlp"
+    # local checkpoints, one directory per run
+    local = fitted / "checkpoints" / "spiral_mlp" / run.info.run_id
+    assert (local / "best.ckpt").is_file() and (local / "last.ckpt").is_file()
+    assert (fitted / "mlflow.db").is_file() and (fitted / "mlruns").is_dir()
+    # last.ckpt is the last epoch, not a copy of the best (Lightning 2.6's save_last=True does that with top_k=1)
+    last = torch.load(local / "last.ckpt", weights_only=True)
+    best = torch.load(local / "best.ckpt", weights_only=True)
+    assert (last["epoch"], last["global_step"]) == (39, 880)
+    by_epoch = sorted(history, key=lambda m: m.step)
+    best_epoch = max(range(len(by_epoch)), key=lambda i: (by_epoch[i].value, -i))
+    assert best["epoch"] == best_epoch
+
+
+@pytest.mark.slow
+def test_validate_best_reproduces_the_best_logged_metric(fitted, monkeypatch):
+    monkeypatch.chdir(fitted)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    fit_run = runs_of(fitted, "spiral_mlp")[0]
+    client = mlflow_client(fitted)
+    best_acc = max(m.value for m in client.get_metric_history(fit_run.info.run_id, "val/acc"))
+    main(["validate", "-c", str(SPIRAL), "--ckpt_path", "best"])
+    runs = runs_of(fitted, "spiral_mlp")
+    validate_run = runs[-1]
+    assert validate_run.info.run_id != fit_run.info.run_id
+    assert validate_run.data.tags["loopwise.stage"] == "validate"
+    assert validate_run.data.tags["loopwise.ckpt_path"].endswith(f"{fit_run.info.run_id}/best.ckpt")
+    assert validate_run.data.metrics["val/acc"] == pytest.approx(best_acc, abs=1e-6)
+    # an explicit path and `last` work too
+    last = fitted / "checkpoints" / "spiral_mlp" / fit_run.info.run_id / "last.ckpt"
+    main(["validate", "-c", str(SPIRAL), "--ckpt_path", str(last)])
+    history = sorted(client.get_metric_history(fit_run.info.run_id, "val/acc"), key=lambda m: m.step)
+    last_acc = history[-1].value
+    assert runs_of(fitted, "spiral_mlp")[-1].data.metrics["val/acc"] == pytest.approx(last_acc, abs=1e-6)
+    main(["validate", "-c", str(SPIRAL), "--ckpt_path", "last"])
+    assert runs_of(fitted, "spiral_mlp")[-1].data.metrics["val/acc"] == pytest.approx(last_acc, abs=1e-6)
+    assert all(r.info.status == "FINISHED" for r in runs_of(fitted, "spiral_mlp"))
+
+
+@pytest.mark.slow
+def test_test_and_predict_subcommands(fitted, monkeypatch):
+    monkeypatch.chdir(fitted)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    main(["test", "-c", str(SPIRAL), "--ckpt_path", "best"])
+    test_run = runs_of(fitted, "spiral_mlp")[-1]
+    assert test_run.data.tags["loopwise.stage"] == "test"
+    assert test_run.data.metrics["test/acc"] >= 0.95
+    out = fitted / "preds.csv"
+    main(["predict", "-c", str(SPIRAL), "--ckpt_path", "best", "--predictions_path", str(out)])
+    rows = out.read_text().splitlines()
+    assert rows[0] == "output_0,output_1,output_2" and len(rows) == 1 + 201
+    probs = torch.tensor([[float(v) for v in r.split(",")] for r in rows[1:]])
+    assert torch.allclose(probs.sum(1), torch.ones(201), atol=1e-5)
+    # a second predict never overwrites the first file
+    main(["predict", "-c", str(SPIRAL), "--ckpt_path", "best", "--predictions_path", str(out)])
+    assert (fitted / "preds-1.csv").is_file() and out.read_text().splitlines() == rows
+
+
+@pytest.mark.slow
+def test_checkpoint_loads_in_a_fresh_process_with_same_outputs(fitted, tmp_path):
+    from lightning_modules import ClassificationModule
+
+    run = runs_of(fitted, "spiral_mlp")[0]
+    ckpt = fitted / "checkpoints" / "spiral_mlp" / run.info.run_id / "best.ckpt"
+    module = ClassificationModule.load_from_checkpoint(ckpt)
+    module.eval()
+    x = torch.randn(50, 2, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = module(x)
+    torch.save(x, tmp_path / "x.pt")
+    code = (
+        "import sys, torch\n"
+        "from lightning_modules import ClassificationModule\n"
+        f"m = ClassificationModule.load_from_checkpoint({str(ckpt)!r})\n"
+        "m.eval()\n"
+        f"x = torch.load({str(tmp_path / 'x.pt')!r})\n"
+        "with torch.no_grad():\n"
+        f"    torch.save(m(x), {str(tmp_path / 'y.pt')!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+    assert torch.equal(torch.load(tmp_path / "y.pt"), expected)
+    assert type(module.model).__name__ == "MLP" and module.hparams["num_classes"] == 3
+
+
+@pytest.mark.slow
+def test_second_run_with_another_lr_is_a_second_run(workdir):
+    args = ["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "2"]
+    main(args)
+    main([*args, "--model.init_args.optimizer.init_args.lr", "0.003"])
+    runs = runs_of(workdir, "spiral_mlp")
+    assert [r.data.params["lr"] for r in runs] == ["0.01", "0.003"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    dirs = sorted(p.name for p in (workdir / "checkpoints" / "spiral_mlp").iterdir())
+    assert dirs == sorted(r.info.run_id for r in runs)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+@pytest.mark.parametrize("fragment", [None, *FRAGMENTS], ids=lambda p: p.name if p else "alone")
+def test_every_config_runs_with_fast_dev_run(workdir, recipe, fragment):
+    args = ["fit", "-c", str(recipe)]
+    if fragment is not None:
+        args += ["-c", str(fragment)]
+        text = fragment.read_text()
+        if "accelerator: gpu" in text and not torch.cuda.is_available():
+            # the fragment is parsed and combined as written; the run itself goes to the CPU: bf16-mixed runs
+            # with CPU autocast, and Lightning switches 16-mixed to bf16-mixed there with a warning
+            args += ["--trainer.accelerator", "cpu"]
+    main([*args, "--trainer.fast_dev_run", "1"])
+    # fast_dev_run swaps loggers for a dummy: nothing is tracked
+    assert runs_of(workdir, recipe.stem) == []
+
+
+def test_gpu_fragment_without_gpu_says_so(workdir, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the message is for machines without one")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "-c", str(SPIRAL), "-c", str(CONFIGS / "trainer" / "gpu-bf16.yaml")])
+    assert exc.value.code == 2
+    assert "torch sees no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--data.init_args.bogus", "3"], "Option 'bogus' is not accepted"),
+        (["--trainer.max_epochs", "many"], "trainer.max_epochs"),
+        (["--data.init_args.batch_size", "-5"], "batch_size must be >= 1, got -5"),
+        (["--data.init_args.n_classes", "1"], "n_classes must be >= 2, got 1"),
+        (["--model.init_args.num_classes", "4"], "SpiralDataModule has 3 classes but ClassificationModule has num_classes=4"),
+        (["--ckpt_path", "missing.ckpt"], "checkpoint file not found"),
+    ],
+)
+def test_bad_input_gives_a_clear_message_and_leaves_no_running_run(workdir, capsys, extra, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", *extra])
+    assert exc.value.code != 0
+    assert message in capsys.readouterr().err
+    assert all(r.info.status != "RUNNING" for r in runs_of(workdir, "spiral_mlp"))
+
+
+def test_missing_config_file_and_unknown_top_level_key(workdir, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "-c", "does_not_exist.yaml"])
+    assert exc.value.code != 0 and "does_not_exist.yaml" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SPIRAL.read_text() + "\nlearning_rate: 0.1\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "-c", str(bad)])
+    assert exc.value.code != 0 and "learning_rate" in capsys.readouterr().err
+    assert runs_of(workdir, "spiral_mlp") == [] and runs_of(workdir, "bad") == []
+
+
+def test_validate_best_before_any_fit_is_a_clear_error(workdir, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "-c", str(SPIRAL), "--ckpt_path", "best"])
+    assert exc.value.code != 0
+    assert "no best.ckpt for experiment 'spiral_mlp'" in capsys.readouterr().err
+
+
+def test_tracking_uri_is_read_at_run_time(workdir, monkeypatch):
+    other = workdir / "elsewhere"
+    other.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{other / 'team.db'}")
+    main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2"])
+    assert not (workdir / "mlflow.db").exists()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{other / 'team.db'}")
+    exp = client.get_experiment_by_name("spiral_mlp")
+    assert [r.info.status for r in client.search_runs([exp.experiment_id])] == ["FINISHED"]
+
+
+def test_python_dash_m_recipes_is_the_same_command(workdir):
+    out = subprocess.run([sys.executable, "-m", "recipes", "fit", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    assert "--early_stopping_patience" in out.stdout and "--ckpt_path" in out.stdout
