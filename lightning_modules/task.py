@@ -15,7 +15,11 @@ from typing import Any, Literal
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import OptimizerCallable
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+
+try:  # set by LightningCLI while it instantiates a module from a config (Lightning >= 2.3)
+    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+except ImportError:  # pragma: no cover - older or newer Lightning without it: modules count as built in Python
+    _given_hyperparameters = None
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
@@ -88,7 +92,7 @@ class Task(LightningModule):
         # Created by LightningCLI, the hyperparameters are the parsed config (class paths, plain values), which
         # load_from_checkpoint can rebuild the network from. Created in Python, the network, optimizer and
         # schedule are objects that a weights_only checkpoint cannot hold: pass them again when loading.
-        from_config = _given_hyperparameters.get() is not None
+        from_config = _given_hyperparameters is not None and _given_hyperparameters.get() is not None
         self.save_hyperparameters(ignore=[] if from_config else ["model", "optimizer", "schedule"], logger=False)
         self.model = model
         self.optimizer = optimizer

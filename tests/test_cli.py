@@ -204,6 +204,23 @@ def test_bad_input_gives_a_clear_message_and_leaves_no_running_run(workdir, caps
     assert all(r.info.status != "RUNNING" for r in runs_of(workdir, "spiral_mlp"))
 
 
+def test_a_failure_inside_fit_marks_the_run_failed(workdir, capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "-c", str(SPIRAL), "--model.init_args.num_classes", "4"])
+    runs = runs_of(workdir, "spiral_mlp")
+    assert [r.info.status for r in runs] == ["FAILED"]
+
+
+def test_early_stopping_when_the_recipe_asks(workdir):
+    # lr 0: val/acc never improves after the first epoch, so patience 2 stops after 3 epochs of 40
+    main(["fit", "-c", str(SPIRAL), "--early_stopping_patience", "2",
+          "--model.init_args.optimizer.init_args.lr", "0.0"])
+    run = runs_of(workdir, "spiral_mlp")[0]
+    assert run.info.status == "FINISHED"
+    history = mlflow_client(workdir).get_metric_history(run.info.run_id, "val/acc")
+    assert len(history) == 3 and run.data.params["max_epochs"] == "40"
+
+
 def test_missing_config_file_and_unknown_top_level_key(workdir, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["fit", "-c", "does_not_exist.yaml"])
