@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
 
 SPLITS = ("train", "val", "test")
+
+
+def select(inputs: Any, indices: Tensor) -> Any:
+    """The rows ``indices`` of a tensor, or the items of any other sequence, in that order."""
+    if isinstance(inputs, Tensor):
+        return inputs[indices]
+    return [inputs[i] for i in indices.tolist()]
 
 
 def seed_worker(worker_id: int) -> None:
@@ -110,16 +117,36 @@ class BaseDataModule(LightningDataModule):
         self.class_counts: list[int] | None = None
 
     # --- what subclasses provide ----------------------------------------------------------------------------
-    def load(self) -> tuple[Tensor, Tensor]:
-        """All samples as (features, targets) tensors, before any split or preprocessing."""
+    def load(self) -> tuple[Any, Tensor]:
+        """All samples as (inputs, targets) before any split or preprocessing.
+
+        ``inputs`` is a tensor for in-memory data (features, images) or any sequence for file-backed data (file
+        paths, texts); ``targets`` is a tensor (class ids for classification).
+        """
         raise NotImplementedError
 
-    def fit_preprocessing(self, train_features: Tensor) -> None:
-        """Learn preprocessing statistics from the train split only (default: none)."""
+    def fit_preprocessing(self, train_inputs: Any) -> None:
+        """Learn preprocessing statistics or vocabularies from the train split only (default: none)."""
 
-    def preprocess(self, features: Tensor) -> Tensor:
-        """Apply the fitted preprocessing to any split (default: identity)."""
-        return features
+    def preprocess(self, inputs: Any) -> Any:
+        """Apply the fitted preprocessing to the inputs of any split (default: identity)."""
+        return inputs
+
+    def make_dataset(self, split: str, inputs: Any, targets: Tensor) -> Dataset:
+        """The dataset of one split (default: preprocessed tensors fetched a whole batch at a time)."""
+        return BatchedTensorDataset(self.preprocess(inputs), targets)
+
+    def train_sampler(self, dataset: Dataset) -> Sampler | None:
+        """A sampler for the train split instead of seeded shuffling (default: none)."""
+        return None
+
+    def batch_sampler(self, dataset: Dataset, train: bool) -> Sampler | None:
+        """A batch sampler (e.g. length buckets) that replaces batch_size/shuffle/drop_last (default: none)."""
+        return None
+
+    def collate_fn(self, dataset: Dataset) -> Callable[[Any], Any] | None:
+        """How samples become a batch (default: already batched for tensors, torch's default otherwise)."""
+        return keep_batch if isinstance(dataset, BatchedTensorDataset) else None
 
     # --- description ----------------------------------------------------------------------------------------
     @property
@@ -136,25 +163,25 @@ class BaseDataModule(LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        features, targets = self.load()
-        self.validate_samples(features, targets)
+        inputs, targets = self.load()
+        self.validate_samples(inputs, targets)
         is_class_data = self.num_classes is not None
         labels = targets if (self.stratify and is_class_data) else None
-        indices = split_indices(len(features), self.val_fraction, self.test_fraction, self.seed, labels)
+        indices = split_indices(len(inputs), self.val_fraction, self.test_fraction, self.seed, labels)
         self.check_split_sizes(indices)
-        self.fit_preprocessing(features[indices["train"]])
+        self.fit_preprocessing(select(inputs, indices["train"]))
         for split, idx in indices.items():
-            self.datasets[split] = BatchedTensorDataset(self.preprocess(features[idx]), targets[idx])
+            self.datasets[split] = self.make_dataset(split, select(inputs, idx), targets[idx])
         if is_class_data:
             counts = torch.bincount(targets[indices["train"]], minlength=self.num_classes)
             self.class_counts = counts.tolist()
 
-    def validate_samples(self, features: Tensor, targets: Tensor) -> None:
+    def validate_samples(self, features: Any, targets: Tensor) -> None:
         """Reject non-finite features and out-of-range labels with a message naming the first bad row."""
         name = type(self).__name__
         if len(features) == 0:
             raise ValueError(f"{name}: the data set is empty")
-        if features.is_floating_point():
+        if isinstance(features, Tensor) and features.is_floating_point():
             bad = ~torch.isfinite(features.reshape(len(features), -1)).all(dim=1)
             if bad.any():
                 row = int(torch.nonzero(bad)[0])
@@ -191,19 +218,24 @@ class BaseDataModule(LightningDataModule):
     def make_loader(self, dataset: Dataset, train: bool) -> DataLoader:
         """The one place loaders are built: seeded shuffling for train, batch fetching, pinning, workers."""
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {
+            "num_workers": self.num_workers,
+            "pin_memory": self.uses_cuda() if self.pin_memory is None else self.pin_memory,
+            "collate_fn": self.collate_fn(dataset),
+            "generator": torch.Generator().manual_seed(self.seed + epoch),
+        }
         if self.num_workers > 0:
             kwargs.update(persistent_workers=True, worker_init_fn=seed_worker)
-        if isinstance(dataset, BatchedTensorDataset):
-            kwargs["collate_fn"] = keep_batch
+        batch_sampler = self.batch_sampler(dataset, train)
+        if batch_sampler is not None:
+            return DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+        sampler = self.train_sampler(dataset) if train else None
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=train,
+            shuffle=train and sampler is None,
+            sampler=sampler,
             drop_last=self.drop_last and train,
-            num_workers=self.num_workers,
-            pin_memory=self.uses_cuda() if self.pin_memory is None else self.pin_memory,
-            generator=torch.Generator().manual_seed(self.seed + epoch),
             **kwargs,
         )
 
