@@ -1,0 +1,137 @@
+"""Causal language modelling on token ids: next-token cross entropy, perplexity, sampling."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+from torchmetrics.text import Perplexity
+
+from lightning_modules.optim import Schedule
+from lightning_modules.task import StepOutput, Task, batch_length, split_batch
+
+
+class LanguageModelModule(Task):
+    """Train a network that maps token ids ``(batch, time)`` to next-token logits ``(batch, time, vocab)``.
+
+    Batches are ``(input_ids, targets)`` with targets shifted by one (as ``CharLMDataModule`` yields them) or
+    dicts with ``input_ids`` and token-level ``labels`` (padding labelled ``ignore_index``). The loss is the mean
+    cross entropy over non-ignored positions; ``val/ppl`` is its exponential.
+
+    Args:
+        model: The network (e.g. ``GPT``); called as ``model(input_ids)`` or with the batch's named inputs.
+        vocab_size: Size of the vocabulary (the network's output width).
+        ignore_index: Target value that contributes nothing to loss and perplexity (padding).
+        optimizer: A callable that builds the optimizer from parameter groups (default ``torch.optim.AdamW``).
+        schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
+        monitor: Metric that defines "best" (default ``val/loss``).
+        monitor_mode: "min" or "max" for ``monitor`` (default: from the metric name).
+    """
+
+    default_monitor = "val/loss"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        vocab_size: int,
+        ignore_index: int = -100,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        schedule: Schedule | None = None,
+        monitor: str | None = None,
+        monitor_mode: Literal["min", "max"] | None = None,
+    ) -> None:
+        if vocab_size < 2:
+            raise ValueError(f"LanguageModelModule: vocab_size must be >= 2, got {vocab_size}")
+        self.vocab_size = vocab_size
+        self.ignore_index = ignore_index
+        super().__init__(model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode)
+
+    def build_metrics(self) -> MetricCollection:
+        return MetricCollection({"ppl": Perplexity(ignore_index=self.ignore_index)})
+
+    def check_data(self, datamodule: Any) -> None:
+        data_vocab = getattr(datamodule, "vocab_size", None)
+        if data_vocab is not None and data_vocab != self.vocab_size:
+            raise ValueError(
+                f"{type(datamodule).__name__} has vocab_size={data_vocab} but LanguageModelModule has "
+                f"vocab_size={self.vocab_size}: set model.init_args.vocab_size (and the network's) to {data_vocab}"
+            )
+
+    def logits(self, inputs: Any) -> Tensor:
+        """Next-token logits ``(batch, time, vocab_size)``, checked against the vocabulary size."""
+        logits = self.run_model(inputs)
+        if logits.ndim != 3 or logits.shape[-1] != self.vocab_size:
+            raise ValueError(
+                f"LanguageModelModule(vocab_size={self.vocab_size}) expects the network to output shape "
+                f"(batch, time, {self.vocab_size}), got {tuple(logits.shape)}"
+            )
+        return logits
+
+    def forward_batch(self, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        if targets is None:
+            raise ValueError("LanguageModelModule: training and evaluation batches need next-token targets")
+        logits = self.logits(inputs)
+        if targets.shape != logits.shape[:2]:
+            raise ValueError(
+                f"LanguageModelModule: targets of shape {tuple(targets.shape)} do not match the logits' "
+                f"(batch, time) {tuple(logits.shape[:2])}"
+            )
+        loss = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=self.ignore_index)
+        return StepOutput(loss, logits.detach(), targets, batch_length(inputs))
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
+        """Most likely next token at every position ``(batch, time)``."""
+        inputs, _ = split_batch(batch)
+        return self.logits(inputs).argmax(dim=-1)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Sample ``max_new_tokens`` tokens after ``prompt_ids`` (``(time,)`` or ``(batch, time)``).
+
+        The context is cropped to the network's ``block_size`` when it has one. ``top_k=1`` (or
+        ``temperature=0``) is greedy decoding and deterministic. Returns prompt and new tokens together, with the
+        prompt's shape convention. The module is put in eval mode for sampling and restored afterwards.
+        """
+        if max_new_tokens < 0:
+            raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"generate: temperature must be >= 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"generate: top_k must be >= 1, got {top_k}")
+        squeeze = prompt_ids.ndim == 1
+        ids = prompt_ids.unsqueeze(0) if squeeze else prompt_ids
+        if ids.shape[1] == 0:
+            raise ValueError("generate: the prompt must hold at least one token")
+        ids = ids.to(self.device)
+        block_size = getattr(self.model, "block_size", None)
+        was_training = self.training
+        self.eval()
+        try:
+            for _ in range(max_new_tokens):
+                context = ids if block_size is None else ids[:, -block_size:]
+                logits = self.run_model(context)[:, -1, :].float()
+                if temperature == 0 or top_k == 1:
+                    next_id = logits.argmax(dim=-1, keepdim=True)
+                else:
+                    logits = logits / temperature
+                    if top_k is not None:
+                        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+                        logits = logits.masked_fill(logits < kth, float("-inf"))
+                    probs = logits.softmax(dim=-1)
+                    next_id = torch.multinomial(probs.cpu(), 1, generator=generator).to(ids.device)
+                ids = torch.cat([ids, next_id], dim=1)
+        finally:
+            self.train(was_training)
+        return ids.squeeze(0) if squeeze else ids

@@ -1,0 +1,158 @@
+"""Regression: MSE, Huber or L1 loss; MAE, RMSE and R2; optional target standardization."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
+
+from lightning_modules.optim import Schedule
+from lightning_modules.task import StepOutput, Task, batch_length, split_batch
+
+
+class RegressionModule(Task):
+    """Train a network to predict one or more real-valued targets.
+
+    With ``standardize_targets`` the loss is computed on targets standardized with the mean and std of the
+    train split (measured once at the start of fit and stored in the checkpoint); ``predict_step`` and the
+    metrics always work in the original units.
+
+    Args:
+        model: The network; outputs ``(batch, out_features)`` (``(batch, 1)`` for one target).
+        out_features: Number of targets predicted per sample.
+        loss: "mse", "huber" or "l1".
+        huber_delta: Threshold of the Huber loss (in standardized units when ``standardize_targets``).
+        standardize_targets: Learn on targets standardized with train-split statistics.
+        optimizer: A callable that builds the optimizer from parameter groups (default ``torch.optim.AdamW``).
+        schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
+        monitor: Metric that defines "best" (default ``val/loss``).
+        monitor_mode: "min" or "max" for ``monitor`` (default: from the metric name).
+    """
+
+    default_monitor = "val/loss"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        out_features: int = 1,
+        loss: Literal["mse", "huber", "l1"] = "mse",
+        huber_delta: float = 1.0,
+        standardize_targets: bool = False,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        schedule: Schedule | None = None,
+        monitor: str | None = None,
+        monitor_mode: Literal["min", "max"] | None = None,
+    ) -> None:
+        if out_features < 1:
+            raise ValueError(f"RegressionModule: out_features must be >= 1, got {out_features}")
+        if loss not in ("mse", "huber", "l1"):
+            raise ValueError(f"RegressionModule: loss must be 'mse', 'huber' or 'l1', got {loss!r}")
+        if huber_delta <= 0:
+            raise ValueError(f"RegressionModule: huber_delta must be > 0, got {huber_delta}")
+        self.out_features = out_features
+        self.loss_name = loss
+        self.huber_delta = huber_delta
+        self.standardize_targets = standardize_targets
+        super().__init__(model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode)
+        self.register_buffer("target_mean", torch.zeros(out_features))
+        self.register_buffer("target_std", torch.ones(out_features))
+        self.register_buffer("target_stats_fitted", torch.tensor(False))
+
+    def build_metrics(self) -> MetricCollection:
+        return MetricCollection(
+            {
+                "mae": MeanAbsoluteError(),
+                "rmse": MeanSquaredError(squared=False),
+                "r2": R2Score(multioutput="uniform_average") if self.out_features > 1 else R2Score(),
+            }
+        )
+
+    def check_data(self, datamodule: Any) -> None:
+        data_out = getattr(datamodule, "out_features", None)
+        if data_out is not None and data_out != self.out_features:
+            raise ValueError(
+                f"{type(datamodule).__name__} has {data_out} target(s) but RegressionModule has "
+                f"out_features={self.out_features}: set model.init_args.out_features (and the network's output "
+                f"width) to {data_out}"
+            )
+
+    def on_train_start(self) -> None:
+        if self.standardize_targets and not bool(self.target_stats_fitted):
+            self.fit_target_statistics(self.trainer.train_dataloader)
+
+    @torch.no_grad()
+    def fit_target_statistics(self, loader: Any) -> None:
+        """Mean and std of the train split's targets, from one sequential pass over the train dataset.
+
+        The pass reads ``loader.dataset`` in order (not the loader itself, whose shuffling and DDP sharding must
+        stay untouched), so every rank computes the same statistics.
+        """
+        dataset = getattr(loader, "dataset", None)
+        if dataset is None:
+            raise ValueError("RegressionModule: standardize_targets needs a train DataLoader over a map-style dataset")
+        sequential = DataLoader(dataset, batch_size=getattr(loader, "batch_size", None) or 256,
+                                collate_fn=getattr(loader, "collate_fn", None))
+        total = torch.zeros(self.out_features, dtype=torch.float64)
+        squares = torch.zeros(self.out_features, dtype=torch.float64)
+        count = 0
+        for batch in sequential:
+            _, targets = split_batch(batch)
+            if targets is None:
+                raise ValueError("RegressionModule: standardize_targets needs batches with targets")
+            values = targets.double().reshape(len(targets), -1).cpu()
+            total += values.sum(0)
+            squares += (values**2).sum(0)
+            count += len(values)
+        mean = total / count
+        std = (squares / count - mean**2).clamp_min(0).sqrt()
+        self.target_mean.copy_(mean.float())
+        self.target_std.copy_(torch.where(std > 0, std, torch.ones_like(std)).float())
+        self.target_stats_fitted.fill_(True)
+
+    def predictions(self, inputs: Any) -> Tensor:
+        """Network output in the original target units, shaped like the targets: ``(batch,)`` for one target."""
+        raw = self.run_model(inputs)
+        if raw.ndim == 1:
+            raw = raw.unsqueeze(-1)
+        if raw.shape[-1] != self.out_features:
+            raise ValueError(
+                f"RegressionModule(out_features={self.out_features}) expects the network to output shape "
+                f"(batch, {self.out_features}), got {tuple(raw.shape)}"
+            )
+        raw = raw * self.target_std + self.target_mean
+        return raw.squeeze(-1) if self.out_features == 1 else raw
+
+    def loss(self, predictions: Tensor, targets: Tensor) -> Tensor:
+        """The configured loss, on standardized values when ``standardize_targets``."""
+        predictions = (predictions - self.target_mean.squeeze()) / self.target_std.squeeze()
+        targets = (targets - self.target_mean.squeeze()) / self.target_std.squeeze()
+        if self.loss_name == "mse":
+            return F.mse_loss(predictions, targets)
+        if self.loss_name == "huber":
+            return F.huber_loss(predictions, targets, delta=self.huber_delta)
+        return F.l1_loss(predictions, targets)
+
+    def forward_batch(self, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        if targets is None:
+            raise ValueError("RegressionModule: training and evaluation batches need targets")
+        targets = targets.float()
+        if self.out_features == 1 and targets.ndim == 2 and targets.shape[1] == 1:
+            targets = targets.squeeze(1)
+        preds = self.predictions(inputs)
+        if preds.shape != targets.shape:
+            raise ValueError(
+                f"RegressionModule: predictions of shape {tuple(preds.shape)} do not match targets of shape "
+                f"{tuple(targets.shape)}"
+            )
+        return StepOutput(self.loss(preds, targets), preds.detach(), targets, batch_length(inputs))
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
+        """Predictions in the original target units."""
+        inputs, _ = split_batch(batch)
+        return self.predictions(inputs)
