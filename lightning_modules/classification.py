@@ -1,4 +1,4 @@
-"""Classification: multiclass (softmax + cross entropy) and binary (one logit + BCE with logits)."""
+"""Classification: multiclass (softmax + cross entropy), binary and multilabel (sigmoid + BCE with logits)."""
 
 from __future__ import annotations
 
@@ -8,30 +8,44 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
-from torchmetrics import MetricCollection
-from torchmetrics.classification import Accuracy, F1Score
+from torchmetrics import Metric, MetricCollection
+from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Score
 
 from lightning_modules.optim import Schedule
 from lightning_modules.task import StepOutput, Task, batch_length, split_batch
+
+
+def inverse_frequency_weights(class_counts: list[int]) -> list[float]:
+    """``n / (k * n_c)`` per class (scikit-learn's "balanced"): every class contributes equally to the loss."""
+    if any(c <= 0 for c in class_counts):
+        empty = [i for i, c in enumerate(class_counts) if c <= 0]
+        raise ValueError(f"class_weights='auto': class(es) {empty} have no training samples (counts {class_counts})")
+    total, k = sum(class_counts), len(class_counts)
+    return [total / (k * c) for c in class_counts]
 
 
 class ClassificationModule(Task):
     """Train a network to classify its inputs.
 
     ``multiclass``: the network outputs ``num_classes`` logits; cross entropy with optional label smoothing and
-    class weights. ``binary``: the network outputs one logit; BCE with logits, class weights become
-    ``pos_weight = w[1] / w[0]``. Metrics: accuracy and macro F1 per stage (``val/acc``, ``val/f1``, ...).
+    class weights. ``binary``: one logit; BCE with logits, class weights become ``pos_weight = w[1] / w[0]``.
+    ``multilabel``: ``num_classes`` independent logits and 0/1 targets of shape ``(batch, num_classes)``; BCE with
+    logits, class weights are per-label ``pos_weight``. Metrics: accuracy and macro F1 per stage (``val/acc``,
+    ``val/f1``), AUROC on val/test (``val/auroc``), and the confusion matrix of the last val/test epoch in
+    ``last_confusion_matrix`` (multiclass and binary).
 
     Args:
-        model: The network; its output width must be ``num_classes`` (multiclass) or 1 (binary).
-        num_classes: Number of classes (2 for binary).
-        task: "multiclass" or "binary".
+        model: The network; its output width must be ``num_classes`` (1 for binary).
+        num_classes: Number of classes (2 for binary; number of labels for multilabel).
+        task: "multiclass", "binary" or "multilabel".
         label_smoothing: Amount of label smoothing in [0, 1).
-        class_weights: One loss weight per class (e.g. inverse class frequency), or null for equal weights.
+        class_weights: One loss weight per class, "auto" for inverse class frequency from the data module's
+            ``class_counts`` (multiclass and binary), or null for equal weights.
         optimizer: A callable that builds the optimizer from parameter groups (default ``torch.optim.AdamW``).
         schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
         monitor: Metric that defines "best" (default ``val/acc``).
         monitor_mode: "min" or "max" for ``monitor`` (default: from the metric name).
+        compile: Compile the network with ``torch.compile`` (checkpoints are unaffected).
     """
 
     default_monitor = "val/acc"
@@ -40,46 +54,68 @@ class ClassificationModule(Task):
         self,
         model: nn.Module,
         num_classes: int,
-        task: Literal["multiclass", "binary"] = "multiclass",
+        task: Literal["multiclass", "binary", "multilabel"] = "multiclass",
         label_smoothing: float = 0.0,
-        class_weights: list[float] | None = None,
+        class_weights: list[float] | Literal["auto"] | None = None,
         optimizer: OptimizerCallable = torch.optim.AdamW,
         schedule: Schedule | None = None,
         monitor: str | None = None,
         monitor_mode: Literal["min", "max"] | None = None,
+        compile: bool = False,
     ) -> None:
-        if task not in ("multiclass", "binary"):
-            raise ValueError(f"ClassificationModule: task must be 'multiclass' or 'binary', got {task!r}")
+        name = "ClassificationModule"
+        if task not in ("multiclass", "binary", "multilabel"):
+            raise ValueError(f"{name}: task must be 'multiclass', 'binary' or 'multilabel', got {task!r}")
         if num_classes < 2:
-            raise ValueError(f"ClassificationModule: num_classes must be >= 2, got {num_classes}")
+            raise ValueError(f"{name}: num_classes must be >= 2, got {num_classes}")
         if task == "binary" and num_classes != 2:
-            raise ValueError(f"ClassificationModule: task='binary' needs num_classes=2, got {num_classes}")
+            raise ValueError(f"{name}: task='binary' needs num_classes=2, got {num_classes}")
         if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"ClassificationModule: label_smoothing must be in [0, 1), got {label_smoothing}")
-        if class_weights is not None:
+            raise ValueError(f"{name}: label_smoothing must be in [0, 1), got {label_smoothing}")
+        if class_weights == "auto":
+            if task == "multilabel":
+                raise ValueError(f"{name}: class_weights='auto' is for multiclass and binary tasks")
+        elif class_weights is not None:
             if len(class_weights) != num_classes:
-                raise ValueError(
-                    f"ClassificationModule: class_weights has {len(class_weights)} values for {num_classes} classes"
-                )
+                raise ValueError(f"{name}: class_weights has {len(class_weights)} values for {num_classes} classes")
             if any(w <= 0 for w in class_weights):
-                raise ValueError(f"ClassificationModule: class_weights must be > 0, got {list(class_weights)}")
+                raise ValueError(f"{name}: class_weights must be > 0, got {list(class_weights)}")
         self.num_classes = num_classes
         self.task = task
         self.label_smoothing = label_smoothing
-        super().__init__(model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode)
-        weights = torch.tensor(class_weights, dtype=torch.float32) if class_weights is not None else None
-        self.register_buffer("class_weights", weights, persistent=False)
+        self.auto_class_weights = class_weights == "auto"
+        super().__init__(
+            model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode, compile=compile
+        )
+        fixed = class_weights if isinstance(class_weights, list) else [1.0] * num_classes
+        # always a tensor (ones = unweighted) so it is part of every checkpoint, "auto" weights included
+        self.register_buffer("class_weights", torch.tensor(fixed, dtype=torch.float32))
+        self.last_confusion_matrix: dict[str, Tensor] = {}
+        if task != "multilabel":
+            self.val_confusion = ConfusionMatrix(**self._metric_kwargs())
+            self.test_confusion = ConfusionMatrix(**self._metric_kwargs())
 
     @property
     def out_features(self) -> int:
         """Output width the network must have."""
         return 1 if self.task == "binary" else self.num_classes
 
-    def build_metrics(self) -> MetricCollection:
-        kwargs: dict[str, Any] = {"task": self.task}
+    def _metric_kwargs(self) -> dict[str, Any]:
         if self.task == "multiclass":
-            kwargs["num_classes"] = self.num_classes
+            return {"task": "multiclass", "num_classes": self.num_classes}
+        if self.task == "multilabel":
+            return {"task": "multilabel", "num_labels": self.num_classes}
+        return {"task": "binary"}
+
+    def build_metrics(self) -> MetricCollection:
+        kwargs = self._metric_kwargs()
         return MetricCollection({"acc": Accuracy(**kwargs), "f1": F1Score(average="macro", **kwargs)})
+
+    def build_eval_metrics(self) -> MetricCollection:
+        kwargs = self._metric_kwargs()
+        if self.task != "binary":
+            kwargs["average"] = "macro"
+        return MetricCollection({"auroc": AUROC(**kwargs)})
 
     def check_data(self, datamodule: Any) -> None:
         data_classes = getattr(datamodule, "num_classes", None)
@@ -90,16 +126,29 @@ class ClassificationModule(Task):
                 f"width) to {data_classes}"
             )
 
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self.auto_class_weights and stage == "fit":
+            datamodule = self.trainer.datamodule
+            counts = getattr(datamodule, "class_counts", None)
+            if counts is None:
+                raise ValueError(
+                    "ClassificationModule: class_weights='auto' needs a data module with class_counts (the train "
+                    "split's samples per class); give explicit class_weights instead"
+                )
+            self.class_weights.copy_(torch.tensor(inverse_frequency_weights(list(counts)), dtype=torch.float32))
+
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
-        """Cross entropy (multiclass) or BCE with logits (binary), with smoothing and class weights."""
+        """Cross entropy (multiclass) or BCE with logits (binary, multilabel), with smoothing and class weights."""
         if self.task == "multiclass":
             return F.cross_entropy(logits, targets, weight=self.class_weights, label_smoothing=self.label_smoothing)
         soft = targets.float()
         if self.label_smoothing > 0:
             soft = soft * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
-        pos_weight = None
-        if self.class_weights is not None:
+        if self.task == "binary":
             pos_weight = self.class_weights[1:2] / self.class_weights[0]
+        else:
+            pos_weight = self.class_weights
         return F.binary_cross_entropy_with_logits(logits, soft, pos_weight=pos_weight)
 
     def logits(self, inputs: Any) -> Tensor:
@@ -113,15 +162,54 @@ class ClassificationModule(Task):
             )
         return logits.squeeze(-1) if self.task == "binary" else logits
 
+    def probabilities(self, logits: Tensor) -> Tensor:
+        """Softmax over classes (multiclass) or per-output sigmoid (binary, multilabel)."""
+        return logits.softmax(dim=-1) if self.task == "multiclass" else torch.sigmoid(logits)
+
     def forward_batch(self, batch: Any) -> StepOutput:
         inputs, targets = split_batch(batch)
         if targets is None:
             raise ValueError("ClassificationModule: training and evaluation batches need labels")
         logits = self.logits(inputs)
+        if self.task == "multilabel" and targets.shape != logits.shape:
+            raise ValueError(
+                f"ClassificationModule(task='multilabel') needs targets of shape {tuple(logits.shape)} "
+                f"(batch, num_classes), got {tuple(targets.shape)}"
+            )
         return StepOutput(self.loss(logits, targets), logits.detach(), targets, batch_length(inputs))
 
+    def metric_inputs(self, out: StepOutput) -> tuple[Tensor, Tensor]:
+        targets = out.targets.long() if self.task == "multilabel" else out.targets
+        return self.probabilities(out.outputs), targets
+
+    def _confusion(self, stage: str) -> Metric | None:
+        return getattr(self, f"{stage}_confusion", None)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        out = self._shared_step(batch, "val")
+        confusion = self._confusion("val")
+        if confusion is not None:
+            confusion.update(*self.metric_inputs(out))
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        out = self._shared_step(batch, "test")
+        confusion = self._confusion("test")
+        if confusion is not None:
+            confusion.update(*self.metric_inputs(out))
+
+    def _finish_confusion(self, stage: str) -> None:
+        confusion = self._confusion(stage)
+        if confusion is not None and confusion.update_count > 0:
+            self.last_confusion_matrix[stage] = confusion.compute().detach().cpu()
+            confusion.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._finish_confusion("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._finish_confusion("test")
+
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
-        """Class probabilities: ``(batch, num_classes)`` for multiclass, ``(batch,)`` P(class 1) for binary."""
+        """Probabilities: ``(batch, num_classes)`` (multiclass, multilabel) or ``(batch,)`` P(class 1) (binary)."""
         inputs, _ = split_batch(batch)
-        logits = self.logits(inputs)
-        return torch.sigmoid(logits) if self.task == "binary" else logits.softmax(dim=-1)
+        return self.probabilities(self.logits(inputs))

@@ -30,6 +30,7 @@ class LanguageModelModule(Task):
         schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
         monitor: Metric that defines "best" (default ``val/loss``).
         monitor_mode: "min" or "max" for ``monitor`` (default: from the metric name).
+        compile: Compile the network with ``torch.compile`` (checkpoints are unaffected).
     """
 
     default_monitor = "val/loss"
@@ -43,12 +44,15 @@ class LanguageModelModule(Task):
         schedule: Schedule | None = None,
         monitor: str | None = None,
         monitor_mode: Literal["min", "max"] | None = None,
+        compile: bool = False,
     ) -> None:
         if vocab_size < 2:
             raise ValueError(f"LanguageModelModule: vocab_size must be >= 2, got {vocab_size}")
         self.vocab_size = vocab_size
         self.ignore_index = ignore_index
-        super().__init__(model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode)
+        super().__init__(
+            model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode, compile=compile
+        )
 
     def build_metrics(self) -> MetricCollection:
         return MetricCollection({"ppl": Perplexity(ignore_index=self.ignore_index)})

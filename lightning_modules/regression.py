@@ -32,6 +32,7 @@ class RegressionModule(Task):
         schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
         monitor: Metric that defines "best" (default ``val/loss``).
         monitor_mode: "min" or "max" for ``monitor`` (default: from the metric name).
+        compile: Compile the network with ``torch.compile`` (checkpoints are unaffected).
     """
 
     default_monitor = "val/loss"
@@ -47,6 +48,7 @@ class RegressionModule(Task):
         schedule: Schedule | None = None,
         monitor: str | None = None,
         monitor_mode: Literal["min", "max"] | None = None,
+        compile: bool = False,
     ) -> None:
         if out_features < 1:
             raise ValueError(f"RegressionModule: out_features must be >= 1, got {out_features}")
@@ -58,7 +60,9 @@ class RegressionModule(Task):
         self.loss_name = loss
         self.huber_delta = huber_delta
         self.standardize_targets = standardize_targets
-        super().__init__(model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode)
+        super().__init__(
+            model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode, compile=compile
+        )
         self.register_buffer("target_mean", torch.zeros(out_features))
         self.register_buffer("target_std", torch.ones(out_features))
         self.register_buffer("target_stats_fitted", torch.tensor(False))

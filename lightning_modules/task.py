@@ -74,6 +74,8 @@ class Task(LightningModule):
         schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
         monitor: Metric that defines "best" for checkpoints, early stopping and ``Plateau``; default per task.
         monitor_mode: "min" or "max" for ``monitor``; default: "min" for losses and errors, "max" otherwise.
+        compile: Compile the network with ``torch.compile`` (in place: parameter names and checkpoints stay the
+            same as without it, so compiled and plain checkpoints load into each other).
     """
 
     default_monitor: str = "val/loss"
@@ -85,6 +87,7 @@ class Task(LightningModule):
         schedule: Schedule | None = None,
         monitor: str | None = None,
         monitor_mode: Literal["min", "max"] | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
@@ -99,10 +102,15 @@ class Task(LightningModule):
         self.schedule = schedule if schedule is not None else Constant()
         self.monitor = monitor or self.default_monitor
         self.monitor_mode = monitor_mode or self.mode_for(self.monitor)
+        self.compile_network = compile
         metrics = self.build_metrics()
         self.train_metrics = metrics.clone(prefix="train/")
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
+        eval_only = self.build_eval_metrics()
+        if len(eval_only):
+            self.val_metrics.add_metrics(dict(eval_only.clone().items()))
+            self.test_metrics.add_metrics(dict(eval_only.clone().items()))
 
     @staticmethod
     def mode_for(metric: str) -> Literal["min", "max"]:
@@ -114,6 +122,10 @@ class Task(LightningModule):
     def build_metrics(self) -> MetricCollection:
         """The task's metrics; cloned once per stage so train/val/test never share state."""
         raise NotImplementedError
+
+    def build_eval_metrics(self) -> MetricCollection:
+        """Metrics computed on val/test only (e.g. AUROC, which keeps every prediction of the epoch)."""
+        return MetricCollection({})
 
     def forward_batch(self, batch: Any) -> StepOutput:
         """Run the network on a batch and compute the loss."""
@@ -140,6 +152,8 @@ class Task(LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None:
             self.check_data(datamodule)
+        if self.compile_network and getattr(self.model, "_compiled_call_impl", None) is None:
+            self.model.compile()
 
     def _shared_step(self, batch: Any, stage: str) -> StepOutput:
         out = self.forward_batch(batch)

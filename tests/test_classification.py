@@ -114,9 +114,104 @@ def test_plain_trainer_learns_the_spiral_and_checkpoint_round_trips(tmp_path):
     path = tmp_path / "plain.ckpt"
     trainer.save_checkpoint(path)
     # a module built in Python keeps plain hyperparameters; the network is passed again when loading
-    assert set(module.hparams) == {"num_classes", "task", "label_smoothing", "class_weights", "monitor", "monitor_mode"}
+    assert set(module.hparams) == {"num_classes", "task", "label_smoothing", "class_weights", "monitor", "monitor_mode", "compile"}
     loaded = ClassificationModule.load_from_checkpoint(path, model=MLP(2, 3, [32, 32]))
     x = dm.datasets["val"].tensors[0]
     module.eval(), loaded.eval()
     with torch.no_grad():
         assert torch.equal(module(x), loaded(x))
+
+
+def test_auto_class_weights_are_inverse_frequency_from_the_data():
+    from lightning_modules.classification import inverse_frequency_weights
+
+    assert inverse_frequency_weights([900, 100]) == pytest.approx([1000 / 1800, 1000 / 200])
+    dm = SpiralDataModule(n_samples=300, n_classes=3, val_fraction=0.2, test_fraction=0.0)
+    module = ClassificationModule(MLP(2, 3, [8]), num_classes=3, class_weights="auto")
+    quiet_trainer(max_steps=1, limit_val_batches=0).fit(module, dm)
+    counts = dm.class_counts
+    expected = [sum(counts) / (3 * c) for c in counts]
+    assert module.class_weights.tolist() == pytest.approx(expected)
+    # the weights are part of the checkpoint state
+    assert torch.equal(module.state_dict()["class_weights"], module.class_weights)
+    with pytest.raises(ValueError, match="have no training samples"):
+        inverse_frequency_weights([5, 0, 3])
+    with pytest.raises(ValueError, match="'auto' is for multiclass and binary"):
+        ClassificationModule(MLP(2, 3), num_classes=3, task="multilabel", class_weights="auto")
+
+
+def test_multilabel_loss_metrics_and_shape_check():
+    logits = torch.tensor([[2.0, -1.0, 0.5], [-3.0, 1.0, 0.0]])
+    targets = torch.tensor([[1, 0, 1], [0, 1, 0]])
+    module = ClassificationModule(FixedLogits(logits), num_classes=3, task="multilabel", class_weights=[1.0, 2.0, 3.0])
+    out = module.forward_batch((torch.zeros(2, 1), targets))
+    expected = F.binary_cross_entropy_with_logits(logits, targets.float(), pos_weight=torch.tensor([1.0, 2.0, 3.0]))
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    module.val_metrics.update(*module.metric_inputs(out))
+    # thresholded at 0.5: predictions [[1,0,1],[0,1,0]] (sigmoid(0)=0.5 counts as negative) -> all correct
+    assert module.val_metrics.compute()["val/acc"].item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"targets of shape \(2, 3\)"):
+        module.forward_batch((torch.zeros(2, 1), torch.tensor([0, 1])))
+    probs = module.predict_step((torch.zeros(2, 1),), 0)
+    assert torch.allclose(probs, torch.sigmoid(logits))
+
+
+def test_auroc_and_confusion_matrix_on_validation():
+    # 4 samples, 2 classes; scores rank both positives above both negatives except one swap
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, 3.0]])
+    labels = torch.tensor([0, 1, 1, 1])
+    module = ClassificationModule(FixedLogits(logits), num_classes=2)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(4, 1), labels), batch_size=4)
+    metrics = quiet_trainer().validate(module, loader, verbose=False)[0]
+    assert metrics["val/acc"] == pytest.approx(0.75)
+    # multiclass macro AUROC with 2 classes: class 1 scores p1 = softmax -> ranks: negatives {s0}, positives
+    # {s1, s2, s3}; p1(s0) is the lowest, so AUROC = 1 for both one-vs-rest curves
+    assert metrics["val/auroc"] == pytest.approx(1.0)
+    assert module.last_confusion_matrix["val"].tolist() == [[1, 0], [1, 2]]
+    assert "train/auroc" not in {f"train/{k}" for k in module.train_metrics.keys(keep_base=True)}
+
+
+def test_binary_auroc_by_hand():
+    logits = torch.tensor([[0.9], [0.2], [0.4], [-1.0]])
+    labels = torch.tensor([1, 1, 0, 0])
+    module = ClassificationModule(FixedLogits(logits), num_classes=2, task="binary")
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(4, 1), labels), batch_size=4)
+    metrics = quiet_trainer().validate(module, loader, verbose=False)[0]
+    # pairs (pos, neg): (0.9,0.4) ok, (0.9,-1) ok, (0.2,0.4) wrong, (0.2,-1) ok -> 3/4
+    assert metrics["val/auroc"] == pytest.approx(0.75)
+    # sigmoid > 0.5 for logits 0.9, 0.2, 0.4: true 0 -> one right, one wrong; true 1 -> both right
+    assert module.last_confusion_matrix["val"].tolist() == [[1, 1], [0, 2]]
+
+
+@pytest.mark.slow
+def test_compiled_and_plain_checkpoints_load_into_each_other(tmp_path):
+    import platform
+    import shutil
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("torch.compile's inductor backend needs a C compiler on CPU; none is installed")
+    L.seed_everything(0)
+    dm = SpiralDataModule(n_samples=300, batch_size=64)
+    compiled = ClassificationModule(MLP(2, 3, [16]), num_classes=3, compile=True)
+    trainer = quiet_trainer(max_epochs=2)
+    trainer.fit(compiled, dm)
+    assert getattr(compiled.model, "_compiled_call_impl", None) is not None, platform.platform()
+    path = tmp_path / "compiled.ckpt"
+    trainer.save_checkpoint(path)
+    state = torch.load(path, weights_only=True)["state_dict"]
+    assert not any("_orig_mod" in k for k in state)
+    plain = ClassificationModule.load_from_checkpoint(path, model=MLP(2, 3, [16]), compile=False)
+    x = dm.datasets["val"].tensors[0]
+    compiled.eval(), plain.eval()
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), plain(x), atol=1e-5)
+    # and the other way: a plain checkpoint into a compiled module
+    plain_path = tmp_path / "plain.ckpt"
+    trainer2 = quiet_trainer(max_epochs=1)
+    trainer2.fit(plain, dm)
+    trainer2.save_checkpoint(plain_path)
+    recompiled = ClassificationModule.load_from_checkpoint(plain_path, model=MLP(2, 3, [16]), compile=True)
+    recompiled.setup("validate")
+    recompiled.eval(), plain.eval()
+    with torch.no_grad():
+        assert torch.allclose(recompiled(x), plain(x), atol=1e-5)
