@@ -1,6 +1,15 @@
 """LightningDataModules: seeded splits, train-only statistics, fast loaders. Usable with a plain Trainer."""
 
 from datamodules.base import BaseDataModule
+from datamodules.char_lm import CharLMDataModule
+from datamodules.image_folder import ImageFolderDataModule
 from datamodules.spiral import SpiralDataModule
+from datamodules.text_classification import TextClassificationDataModule
 
-__all__ = ["BaseDataModule", "SpiralDataModule"]
+__all__ = [
+    "BaseDataModule",
+    "CharLMDataModule",
+    "ImageFolderDataModule",
+    "SpiralDataModule",
+    "TextClassificationDataModule",
+]

@@ -9,11 +9,12 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
 
 SPLITS = ("train", "val", "test")
+WORKER_SEED_OFFSET = 1_000_003
 
 
 def select(inputs: Any, indices: Tensor) -> Any:
@@ -222,7 +223,9 @@ class BaseDataModule(LightningDataModule):
             "num_workers": self.num_workers,
             "pin_memory": self.uses_cuda() if self.pin_memory is None else self.pin_memory,
             "collate_fn": self.collate_fn(dataset),
-            "generator": torch.Generator().manual_seed(self.seed + epoch),
+            # seeds the workers only; shuffling has its own generator below, so the order of every epoch is the
+            # same with 0 or N (persistent) workers
+            "generator": torch.Generator().manual_seed(self.seed + epoch + WORKER_SEED_OFFSET),
         }
         if self.num_workers > 0:
             kwargs.update(persistent_workers=True, worker_init_fn=seed_worker)
@@ -230,10 +233,11 @@ class BaseDataModule(LightningDataModule):
         if batch_sampler is not None:
             return DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
         sampler = self.train_sampler(dataset) if train else None
+        if train and sampler is None:
+            sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(self.seed + epoch))
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=train and sampler is None,
             sampler=sampler,
             drop_last=self.drop_last and train,
             **kwargs,

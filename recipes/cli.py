@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
 from recipes.checkpoints import RunCheckpoint, resolve_checkpoint
+from recipes.confusion_matrix import ConfusionMatrixArtifact
 from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
 from recipes.run_record import RunRecord
@@ -213,6 +214,8 @@ class RecipesCLI(LightningCLI):
                 callbacks.append(LearningRateMonitor(logging_interval="step"))
             if cfg.get("early_stopping_patience") is not None:
                 callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=cfg.early_stopping_patience))
+        if self.subcommand in ("fit", "validate", "test"):
+            callbacks.append(ConfusionMatrixArtifact())
         if self.subcommand == "predict":
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
             path = cfg.get("predictions_path") or f"predictions/{experiment}-{stamp}.csv"

@@ -57,7 +57,7 @@ def test_fit_reaches_target_and_records_one_finished_run(fitted):
     assert len(client.get_metric_history(run.info.run_id, "lr/decay")) > 0
     # artifacts: the resolved config and both checkpoints under fixed names
     top = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "checkpoints"} <= top
+    assert {"config.yaml", "checkpoints", "confusion_matrix_val.png"} <= top
     ckpts = {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}
     assert ckpts == {"checkpoints/best.ckpt", "checkpoints/last.ckpt"}
     config_path = client.download_artifacts(run.info.run_id, "config.yaml", str(fitted / "dl"))
@@ -111,6 +111,10 @@ def test_test_and_predict_subcommands(fitted, monkeypatch):
     test_run = runs_of(fitted, "spiral_mlp")[-1]
     assert test_run.data.tags["loopwise.stage"] == "test"
     assert test_run.data.metrics["test/acc"] >= 0.95
+    client = mlflow_client(fitted)
+    assert "confusion_matrix_test.png" in {a.path for a in client.list_artifacts(test_run.info.run_id)}
+    png = client.download_artifacts(test_run.info.run_id, "confusion_matrix_test.png", str(fitted / "cm"))
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = fitted / "preds.csv"
     main(["predict", "-c", str(SPIRAL), "--ckpt_path", "best", "--predictions_path", str(out)])
     rows = out.read_text().splitlines()

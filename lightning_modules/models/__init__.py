@@ -1,5 +1,8 @@
 """Plain ``nn.Module`` networks. Any ``nn.Module`` works with the tasks; these are the ones the recipes use."""
 
+from lightning_modules.models.convnet import ConvNet
+from lightning_modules.models.gpt import GPT
 from lightning_modules.models.mlp import MLP
+from lightning_modules.models.transformer_classifier import TransformerClassifier
 
-__all__ = ["MLP"]
+__all__ = ["GPT", "MLP", "ConvNet", "TransformerClassifier"]

@@ -1,0 +1,255 @@
+"""Next-character prediction on one UTF-8 text file: a contiguous train/val split and windows sliced in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from datamodules.base import BaseDataModule
+from datamodules.tensor_dataset import keep_batch
+from datamodules.tokenizers import UNK, Vocabulary
+
+
+def count_windows(length: int, block_size: int, stride: int) -> int:
+    """Windows of ``block_size + 1`` characters, starting every ``stride``, that fit in ``length`` characters."""
+    span = block_size + 1
+    return 0 if length < span else (length - span) // stride + 1
+
+
+class WindowDataset(Dataset):
+    """Language-model windows over one encoded text, sliced on demand.
+
+    Window ``i`` covers characters ``[i * stride, i * stride + block_size]`` (``block_size + 1`` of them); its sample
+    is ``(x, y) = (window[:-1], window[1:])``, so ``y[t]`` is the character after ``x[t]``. ``__getitems__`` slices
+    a whole batch with one gather, giving ``(x, y)`` of shape ``(batch, block_size)``: use it with
+    ``collate_fn=keep_batch``.
+
+    Args:
+        data: The encoded text, a 1-D LongTensor.
+        block_size: Characters of context per sample.
+        stride: Characters between the starts of consecutive windows.
+    """
+
+    def __init__(self, data: Tensor, block_size: int, stride: int) -> None:
+        if data.ndim != 1:
+            raise ValueError(f"WindowDataset: data must be 1-D, got shape {tuple(data.shape)}")
+        if block_size < 1 or stride < 1:
+            raise ValueError(f"WindowDataset: block_size and stride must be >= 1, got {block_size}, {stride}")
+        self.data = data
+        self.block_size = block_size
+        self.stride = stride
+        self.offsets = torch.arange(block_size + 1)
+
+    def __len__(self) -> int:
+        return count_windows(len(self.data), self.block_size, self.stride)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"WindowDataset: window {index} out of range for {len(self)} windows")
+        start = (index % len(self)) * self.stride
+        chunk = self.data[start : start + self.block_size + 1]
+        return chunk[:-1], chunk[1:]
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
+        starts = torch.as_tensor(indices, dtype=torch.long) * self.stride
+        chunk = self.data[starts[:, None] + self.offsets]
+        return chunk[:, :-1], chunk[:, 1:]
+
+
+class CharLMDataModule(BaseDataModule):
+    """Next-character prediction on a UTF-8 text file (e.g. Tiny Shakespeare).
+
+    The text is read exactly as stored (no newline translation; the file is never modified) and split
+    contiguously: train is the first characters, val the last ``round(len(text) * val_fraction)``. Windows are cut
+    inside each part, so no sample crosses the boundary. There is no test split (``test_dataloader`` raises);
+    ``predict_dataloader`` yields the val windows.
+
+    Samples are ``(x, y)`` LongTensors of length ``block_size`` with ``y[t]`` the character after ``x[t]``; the
+    loaders give ``(x, y)`` of shape ``(batch, block_size)``, sliced a whole batch at a time. Train and val windows
+    start every ``stride`` characters; with the default ``stride = block_size`` the windows do not overlap and each
+    character of a part after its first is a target exactly once per epoch. A smaller ``stride`` gives more,
+    overlapping, windows.
+
+    The vocabulary comes from the train part only: id 0 is ``<unk>`` (characters that occur only in the val part),
+    then the train characters by descending count, ties by code point. ``vocab_size``, ``vocabulary``,
+    ``encode`` and ``decode`` are available after ``setup``; the vocabulary is saved in checkpoints
+    (``state_dict``), so a reloaded module encodes text identically.
+
+    Args:
+        path: UTF-8 text file to model.
+        block_size: Characters of context per sample (the length of ``x`` and ``y``).
+        batch_size: Windows per batch.
+        val_fraction: Fraction of the characters, taken from the end of the text, held out for validation; in (0, 1).
+        stride: Characters between the starts of consecutive windows, in both parts; default ``block_size``
+            (non-overlapping windows).
+        seed: Seed of the train shuffling.
+        num_workers: DataLoader worker processes (0 is fastest: batches are cheap slices of one tensor).
+        drop_last: Drop the last incomplete train batch.
+        pin_memory: Pin host memory; default: on when training on CUDA.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        block_size: int = 128,
+        batch_size: int = 64,
+        val_fraction: float = 0.1,
+        stride: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        drop_last: bool = False,
+        pin_memory: bool | None = None,
+    ) -> None:
+        name = type(self).__name__
+        if block_size < 1:
+            raise ValueError(f"{name}: block_size must be >= 1, got {block_size}")
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"{name}: val_fraction must be in (0, 1), got {val_fraction}")
+        if stride is not None and stride < 1:
+            raise ValueError(f"{name}: stride must be >= 1 (or null for block_size), got {stride}")
+        super().__init__(
+            batch_size=batch_size,
+            val_fraction=val_fraction,
+            test_fraction=0.0,
+            seed=seed,
+            num_workers=num_workers,
+            drop_last=drop_last,
+            pin_memory=pin_memory,
+            stratify=False,
+        )
+        self.save_hyperparameters(logger=False)
+        self.path = path
+        self.block_size = block_size
+        self.stride = stride if stride is not None else block_size
+        self.vocabulary: Vocabulary | None = None
+        self.boundary: int | None = None
+
+    # --- description ----------------------------------------------------------------------------------------
+    def _require_vocabulary(self) -> Vocabulary:
+        if self.vocabulary is None:
+            raise RuntimeError(
+                f"{type(self).__name__}: the vocabulary is built from the train text; call setup() first"
+            )
+        return self.vocabulary
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (train characters plus ``<unk>``); available after ``setup``."""
+        return len(self._require_vocabulary())
+
+    @property
+    def unk_id(self) -> int:
+        """Id of ``<unk>`` (0): characters that do not occur in the train part."""
+        return self._require_vocabulary().unk_id
+
+    @property
+    def itos(self) -> list[str]:
+        """The character of each id (id 0 is ``<unk>``); available after ``setup``."""
+        return self._require_vocabulary().itos
+
+    @property
+    def stoi(self) -> dict[str, int]:
+        """The id of each known character; available after ``setup``."""
+        return self._require_vocabulary().stoi
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of the characters of ``text`` (unknown characters give ``unk_id``)."""
+        return self._require_vocabulary().encode(text)
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        """The text of ``ids``; ``<unk>`` appears as the five characters ``<unk>``."""
+        values = ids.tolist() if isinstance(ids, Tensor) else ids
+        return "".join(self._require_vocabulary().decode(values))
+
+    # --- loading --------------------------------------------------------------------------------------------
+    def read_text(self) -> str:
+        """The whole file as text, exactly as stored, with clear errors for a missing or non-UTF-8 file."""
+        name = type(self).__name__
+        path = Path(self.path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{name}: text file {str(path)!r} does not exist (or is not a file)")
+        try:
+            with path.open(encoding="utf-8", newline="") as handle:
+                return handle.read()
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{name}: {str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason}); convert it to UTF-8"
+            ) from None
+
+    def encode_tensor(self, text: str) -> Tensor:
+        """``encode(text)`` as a 1-D LongTensor, vectorized over code points (fast for large files)."""
+        vocab = self._require_vocabulary()
+        codes = torch.from_numpy(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64))
+        known = [(ord(token), i) for i, token in enumerate(vocab.itos) if len(token) == 1]
+        out = torch.full_like(codes, vocab.unk_id)
+        if not known or len(codes) == 0:
+            return out
+        keys, ids = torch.tensor(known, dtype=torch.long).T
+        keys, order = keys.sort()
+        ids = ids[order]
+        pos = torch.searchsorted(keys, codes).clamp_(max=len(keys) - 1)
+        found = keys[pos] == codes
+        return torch.where(found, ids[pos], out)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read the text, split it contiguously, build the vocabulary from the train part and cut the windows."""
+        if self.datasets:
+            return
+        name = type(self).__name__
+        text = self.read_text()
+        n_val = int(round(len(text) * self.val_fraction))
+        boundary = len(text) - n_val
+        span = self.block_size + 1
+        if boundary < span or n_val < span:
+            raise ValueError(
+                f"{name}: {str(self.path)!r} has {len(text)} characters; with val_fraction={self.val_fraction} "
+                f"the train part has {boundary} and the val part {n_val}, but each needs at least block_size + 1 = "
+                f"{span} for one window: use a longer text, a smaller block_size or another val_fraction"
+            )
+        if self.vocabulary is None:
+            self.vocabulary = Vocabulary.build([text[:boundary]], specials=(UNK,))
+        data = self.encode_tensor(text)
+        self.boundary = boundary
+        self.datasets = {
+            "train": WindowDataset(data[:boundary], self.block_size, self.stride),
+            "val": WindowDataset(data[boundary:], self.block_size, self.stride),
+        }
+        n_train = len(self.datasets["train"])  # type: ignore[arg-type]
+        if self.drop_last and n_train < self.batch_size:
+            raise ValueError(
+                f"{name}: the train part has {n_train} windows, fewer than batch_size={self.batch_size} with "
+                "drop_last=True, so every batch would be dropped"
+            )
+
+    def collate_fn(self, dataset: Dataset) -> Callable[[Any], Any] | None:
+        """Batches arrive already stacked from ``WindowDataset.__getitems__``."""
+        return keep_batch
+
+    def test_dataloader(self) -> DataLoader:
+        raise ValueError(
+            f"{type(self).__name__}: there is no test split; the text is split into train and val only "
+            "(evaluate with validate)"
+        )
+
+    def predict_dataloader(self) -> DataLoader:
+        """The val windows, in order."""
+        return self.make_loader(self.split("val"), train=False)
+
+    # --- checkpoints ----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The vocabulary (plain lists), stored by Lightning in checkpoints; empty before ``setup``."""
+        return {} if self.vocabulary is None else {"vocabulary": self.vocabulary.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Use a saved vocabulary; windows already built are re-encoded with it."""
+        if "vocabulary" not in state_dict:
+            return
+        self.vocabulary = Vocabulary.from_state_dict(state_dict["vocabulary"])
+        if self.datasets:
+            self.datasets = {}
+            self.setup()

@@ -1,0 +1,422 @@
+"""Images in one sub-folder per class (``root/<class name>/*.png|*.jpg|*.jpeg``), decoded and resized with Pillow."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator, Literal, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from datamodules.base import BaseDataModule
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+MODES = {1: "L", 3: "RGB"}
+DECODE_BATCH = 64  # images per transfer when decoding with worker processes
+
+
+def as_size(image_size: int | Sequence[int]) -> tuple[int, int]:
+    """``(height, width)`` from one side length or a ``(height, width)`` pair; raises ``ValueError`` otherwise."""
+    if isinstance(image_size, bool):
+        raise ValueError(f"image_size must be an int or a (height, width) pair, got {image_size!r}")
+    if isinstance(image_size, int):
+        size = (image_size, image_size)
+    else:
+        size = tuple(image_size)  # type: ignore[assignment]
+        if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) for s in size):
+            raise ValueError(f"image_size must be an int or a (height, width) pair of ints, got {image_size!r}")
+    if min(size) < 1:
+        raise ValueError(f"image_size must be >= 1, got {image_size!r}")
+    return size  # type: ignore[return-value]
+
+
+def is_image_file(name: str) -> bool:
+    """A visible file with a .png, .jpg or .jpeg suffix in any case."""
+    return not name.startswith(".") and name.lower().endswith(IMAGE_SUFFIXES)
+
+
+def find_class_names(root: str | os.PathLike) -> list[str]:
+    """Sorted names of the visible sub-folders of ``root`` (hidden ones such as ``.ipynb_checkpoints`` skipped)."""
+    with os.scandir(root) as entries:
+        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+
+
+def find_images(folder: str | os.PathLike) -> list[str]:
+    """Paths of the image files under ``folder`` and its visible sub-folders, in sorted (deterministic) order."""
+    found = []
+    for directory, subdirs, files in os.walk(folder, followlinks=True):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        found.extend(os.path.join(directory, f) for f in files if is_image_file(f))
+    return sorted(found)
+
+
+def check_image(path: str) -> None:
+    """Fail with the file's path when Pillow cannot identify it or its structure is broken (no full decode)."""
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, struct.error, ... on bad files
+        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+
+
+def read_image(path: str, size: tuple[int, int], channels: int) -> Tensor:
+    """One image file as a uint8 tensor ``(channels, height, width)``: converted to "L"/"RGB", bilinear resize.
+
+    The file is only read. Alpha is dropped (not composited); EXIF orientation is not applied.
+    """
+    height, width = size
+    try:
+        with Image.open(path) as image:
+            image = image.convert(MODES[channels])
+            if image.size != (width, height):
+                image = image.resize((width, height), Image.Resampling.BILINEAR)
+            array = np.array(image, dtype=np.uint8)
+    except Exception as err:
+        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
+class DecodedImages(Dataset):
+    """The files ``paths`` decoded and resized to uint8 ``(C, H, W)`` tensors; used to stream or cache a split.
+
+    Args:
+        paths: Image files.
+        size: Target ``(height, width)``.
+        channels: 1 (grayscale) or 3 (RGB).
+    """
+
+    def __init__(self, paths: Sequence[str], size: tuple[int, int], channels: int) -> None:
+        self.paths = list(paths)
+        self.size = size
+        self.channels = channels
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> Tensor:
+        return read_image(self.paths[index], self.size, self.channels)
+
+
+class ImageFolderDataset(Dataset):
+    """One split of an image folder: ``(image, label)`` with the image a normalized float32 ``(C, H, W)`` tensor.
+
+    Images come from ``images`` (decoded uint8 tensors held in memory) or are read from ``paths`` on every access.
+    With ``augment`` each read takes a random crop of the image padded by ``crop_padding`` black pixels and flips
+    it horizontally with probability 0.5, drawing from torch's global RNG (in a DataLoader worker: seeded from
+    the loader's generator). Picklable, so it works with any number of workers and any start method.
+
+    Args:
+        paths: The image files of the split.
+        labels: Class index per file (int64).
+        size: Target ``(height, width)``.
+        channels: 1 (grayscale) or 3 (RGB).
+        mean: Per-channel mean of the pixel values scaled to [0, 1].
+        std: Per-channel standard deviation of the pixel values scaled to [0, 1] (all > 0).
+        augment: Random crop and horizontal flip on every read.
+        crop_padding: Pixels of zero padding on each side before the random crop (0: flip only).
+        images: Optional decoded uint8 ``(N, C, H, W)`` images in the order of ``paths``.
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        labels: Tensor,
+        size: tuple[int, int],
+        channels: int,
+        mean: Tensor,
+        std: Tensor,
+        augment: bool = False,
+        crop_padding: int = 4,
+        images: Tensor | None = None,
+    ) -> None:
+        if len(paths) != len(labels) or (images is not None and len(images) != len(paths)):
+            raise ValueError(f"ImageFolderDataset: {len(paths)} paths, {len(labels)} labels don't match")
+        self.paths = list(paths)
+        self.labels = labels.long()
+        self.size = size
+        self.channels = channels
+        self.augment = augment
+        self.crop_padding = crop_padding
+        self.images = images
+        self.set_normalization(mean, std)
+
+    def set_normalization(self, mean: Tensor, std: Tensor) -> None:
+        """Use these per-channel statistics (pixel values in [0, 1]) from now on."""
+        self.mean = mean.detach().float().reshape(-1, 1, 1).clone()
+        self.std = std.detach().float().reshape(-1, 1, 1).clone()
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def raw(self, index: int) -> Tensor:
+        """The decoded, resized uint8 image ``index`` before augmentation and normalization."""
+        if self.images is not None:
+            return self.images[index]
+        return read_image(self.paths[index], self.size, self.channels)
+
+    def random_crop_flip(self, image: Tensor) -> Tensor:
+        """Pad with zeros, crop a random window of the original size, flip horizontally with probability 0.5."""
+        p = self.crop_padding
+        if p > 0:
+            height, width = image.shape[-2:]
+            top, left = torch.randint(0, 2 * p + 1, (2,)).tolist()
+            image = F.pad(image, (p, p, p, p))[:, top : top + height, left : left + width]
+        if torch.rand(()) < 0.5:
+            image = image.flip(-1)
+        return image
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        image = self.raw(index).float().div_(255.0)
+        if self.augment:
+            image = self.random_crop_flip(image)
+        image = (image - self.mean) / self.std
+        return image.contiguous(), self.labels[index].clone()
+
+
+class ImageFolderDataModule(BaseDataModule):
+    """Classify images stored as ``root/<class name>/<image>`` (.png, .jpg, .jpeg in any case), read with Pillow.
+
+    Class names are the sorted sub-folder names and a label is the index of its folder in that list. Images in
+    nested folders of a class folder belong to that class; hidden files and folders (``.*``) and other file
+    types are skipped. Every file is checked to open before the split; the train images are decoded once to
+    compute per-channel mean and std (of pixel values in [0, 1], after the resize), which every split is
+    normalized with. Mean, std and class names are saved in checkpoints and restored from them. Images are
+    converted to grayscale ("L") or RGB (alpha dropped) and resized with bilinear filtering, ignoring the aspect
+    ratio. The user's files are only read.
+
+    Args:
+        root: Folder with one sub-folder of images per class.
+        image_size: Side of the square images fed to the model, or their (height, width).
+        channels: 1 converts every image to grayscale, 3 to RGB.
+        augment: Randomly crop (after zero padding) and horizontally flip the train images on every read; val
+            and test images are never augmented.
+        crop_padding: Pixels of zero (black) padding on each side before the random crop; 0 disables the crop.
+        cache: Hold the decoded, resized images of every split in memory (uint8; decoded once, during setup)
+            instead of reading the files on every access.
+        batch_size: Images per batch.
+        val_fraction: Fraction of the images held out for validation (per class).
+        test_fraction: Fraction of the images held out for testing (per class).
+        seed: Seed of the split and the shuffling.
+        num_workers: DataLoader worker processes that decode and augment images (also used to compute the
+            statistics); 2-8 is typical for files on disk.
+        drop_last: Drop the last incomplete train batch.
+        pin_memory: Pin host memory; default: on when training on CUDA.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        image_size: int | tuple[int, int] = 32,
+        channels: Literal[1, 3] = 3,
+        augment: bool = False,
+        crop_padding: int = 4,
+        cache: bool = False,
+        batch_size: int = 64,
+        val_fraction: float = 0.2,
+        test_fraction: float = 0.0,
+        seed: int = 0,
+        num_workers: int = 0,
+        drop_last: bool = False,
+        pin_memory: bool | None = None,
+    ) -> None:
+        name = type(self).__name__
+        try:
+            size = as_size(image_size)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+        if channels not in MODES:
+            raise ValueError(f"{name}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
+        if crop_padding < 0:
+            raise ValueError(f"{name}: crop_padding must be >= 0, got {crop_padding}")
+        super().__init__(
+            batch_size=batch_size,
+            val_fraction=val_fraction,
+            test_fraction=test_fraction,
+            seed=seed,
+            num_workers=num_workers,
+            drop_last=drop_last,
+            pin_memory=pin_memory,
+        )
+        self.save_hyperparameters(logger=False)
+        self.root = root
+        self.image_size: tuple[int, int] = size
+        self.channels = int(channels)
+        self.augment = augment
+        self.crop_padding = crop_padding
+        self.cache = cache
+        self.class_names: list[str] = self.discover_classes(Path(os.path.expanduser(root)))
+        self.mean: Tensor | None = None
+        self.std: Tensor | None = None
+        self._restored = False
+        self._train_images: tuple[list[str], Tensor] | None = None
+
+    # --- description ----------------------------------------------------------------------------------------
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (class sub-folders)."""
+        return len(self.class_names)
+
+    @property
+    def in_channels(self) -> int:
+        """Channels of every image: 1 (grayscale) or 3 (RGB)."""
+        return self.channels
+
+    @property
+    def in_features(self) -> int:
+        """Values per image, ``channels * height * width`` (the input width of an MLP)."""
+        return self.channels * self.image_size[0] * self.image_size[1]
+
+    def discover_classes(self, root: Path) -> list[str]:
+        """Sorted class folder names under ``root``, with errors for a missing root and too few classes."""
+        name = type(self).__name__
+        if not root.exists():
+            raise FileNotFoundError(f"{name}: root folder {str(root)!r} does not exist")
+        if not root.is_dir():
+            raise ValueError(f"{name}: root {str(root)!r} is not a folder")
+        classes = find_class_names(root)
+        if not classes:
+            raise ValueError(
+                f"{name}: no class folders under {str(root)!r}; expected one sub-folder of images per class "
+                "(root/<class name>/*.png|*.jpg|*.jpeg)"
+            )
+        if len(classes) < 2:
+            raise ValueError(
+                f"{name}: found {len(classes)} class folder ({classes[0]!r}) under {str(root)!r}; classification "
+                "needs at least 2"
+            )
+        return classes
+
+    # --- BaseDataModule hooks -------------------------------------------------------------------------------
+    def load(self) -> tuple[list[str], Tensor]:
+        """All image paths (sorted per class) and their labels; every class must have images that open."""
+        name = type(self).__name__
+        root = Path(os.path.expanduser(self.root))
+        paths: list[str] = []
+        labels: list[int] = []
+        for label, class_name in enumerate(self.class_names):
+            folder = root / class_name
+            if not folder.is_dir():
+                raise FileNotFoundError(f"{name}: class folder {str(folder)!r} no longer exists")
+            files = find_images(folder)
+            if not files:
+                raise ValueError(
+                    f"{name}: class folder {str(folder)!r} has no images (looked for {', '.join(IMAGE_SUFFIXES)} "
+                    "in any case)"
+                )
+            paths.extend(files)
+            labels.extend([label] * len(files))
+        for path in paths:
+            try:
+                check_image(path)
+            except ValueError as err:
+                raise ValueError(f"{name}: {err}") from None
+        return paths, torch.tensor(labels, dtype=torch.long)
+
+    def decode(self, paths: Sequence[str]) -> Iterator[Tensor]:
+        """Iterate the decoded uint8 images of ``paths`` in order, using ``num_workers`` worker processes."""
+        loader = DataLoader(
+            DecodedImages(paths, self.image_size, self.channels),
+            batch_size=DECODE_BATCH,
+            num_workers=self.num_workers if len(paths) > DECODE_BATCH else 0,
+        )
+        for batch in loader:
+            yield from batch
+
+    def decode_all(self, paths: Sequence[str]) -> Tensor:
+        """The decoded uint8 images of ``paths`` as one ``(N, C, H, W)`` tensor."""
+        out = torch.empty((len(paths), self.channels, *self.image_size), dtype=torch.uint8)
+        for i, image in enumerate(self.decode(paths)):
+            out[i] = image
+        return out
+
+    def fit_preprocessing(self, train_paths: list[str]) -> None:
+        """Per-channel mean and std of the train images (exact integer sums), decoding each image once.
+
+        Statistics restored by ``load_state_dict`` are kept, so a restored model sees the normalization it was
+        trained with.
+        """
+        self._train_images = None
+        compute = not (self._restored and self.mean is not None)
+        if not compute and not self.cache:
+            return
+        cached = torch.empty((len(train_paths), self.channels, *self.image_size), dtype=torch.uint8)
+        total = torch.zeros(self.channels, dtype=torch.int64)
+        squares = torch.zeros(self.channels, dtype=torch.int64)
+        for i, image in enumerate(self.decode(train_paths)):
+            if self.cache:
+                cached[i] = image
+            if compute:
+                values = image.reshape(self.channels, -1).long()
+                total += values.sum(dim=1)
+                squares += (values * values).sum(dim=1)
+        if self.cache:
+            self._train_images = (list(train_paths), cached)
+        if compute:
+            count = len(train_paths) * self.image_size[0] * self.image_size[1]
+            mean = total.double() / count
+            var = (squares.double() / count - mean * mean).clamp_min(0.0)
+            std = var.sqrt()
+            std = torch.where(std > 1e-6, std, torch.full_like(std, 255.0))  # constant channel: only centre it
+            self.mean = (mean / 255.0).float()
+            self.std = (std / 255.0).float()
+
+    def make_dataset(self, split: str, paths: list[str], targets: Tensor) -> ImageFolderDataset:
+        assert self.mean is not None and self.std is not None
+        images = None
+        if self.cache:
+            if split == "train" and self._train_images is not None and self._train_images[0] == list(paths):
+                images = self._train_images[1]
+            else:
+                images = self.decode_all(paths)
+        if split == "train":
+            self._train_images = None
+        return ImageFolderDataset(
+            paths,
+            targets,
+            self.image_size,
+            self.channels,
+            self.mean,
+            self.std,
+            augment=self.augment and split == "train",
+            crop_padding=self.crop_padding,
+            images=images,
+        )
+
+    # --- checkpoint state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Class names and, after setup, the train mean/std (plain lists, safe for ``weights_only`` loading)."""
+        state: dict[str, Any] = {"class_names": list(self.class_names)}
+        if self.mean is not None and self.std is not None:
+            state["mean"] = self.mean.tolist()
+            state["std"] = self.std.tolist()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the normalization of a checkpoint; its class names must be those found under ``root``."""
+        name = type(self).__name__
+        names = list(state_dict.get("class_names", self.class_names))
+        if names != self.class_names:
+            raise ValueError(
+                f"{name}: the checkpoint was trained on classes {names} but {self.root!r} has class folders "
+                f"{self.class_names}; labels would not match the model's outputs"
+            )
+        if state_dict.get("mean") is None or state_dict.get("std") is None:
+            return
+        mean = torch.tensor(state_dict["mean"], dtype=torch.float32)
+        std = torch.tensor(state_dict["std"], dtype=torch.float32)
+        if mean.shape != (self.channels,) or std.shape != (self.channels,) or not bool((std > 0).all()):
+            raise ValueError(
+                f"{name}: the checkpoint's normalization (mean {state_dict['mean']}, std {state_dict['std']}) does "
+                f"not fit channels={self.channels}"
+            )
+        self.mean, self.std, self._restored = mean, std, True
+        for dataset in self.datasets.values():
+            if isinstance(dataset, ImageFolderDataset):
+                dataset.set_normalization(mean, std)
