@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from recipes.cli import main
-from tests.conftest import CONFIGS, SPIRAL, mlflow_client, runs_of
+from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
 
 RECIPES = sorted(p for p in CONFIGS.glob("*.yaml"))
 FRAGMENTS = sorted(p for p in (CONFIGS / "trainer").glob("*.yaml"))
@@ -167,6 +167,8 @@ def test_second_run_with_another_lr_is_a_second_run(workdir):
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 @pytest.mark.parametrize("fragment", [None, *FRAGMENTS], ids=lambda p: p.name if p else "alone")
 def test_every_config_runs_with_fast_dev_run(workdir, recipe, fragment):
+    if (REPO / "data").is_dir():
+        (workdir / "data").symlink_to(REPO / "data")  # recipes name their data relative to the repository root
     args = ["fit", "-c", str(recipe)]
     if fragment is not None:
         args += ["-c", str(fragment)]
