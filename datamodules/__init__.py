@@ -2,14 +2,18 @@
 
 from datamodules.base import BaseDataModule
 from datamodules.char_lm import CharLMDataModule
+from datamodules.digits import DigitsDataModule
 from datamodules.image_folder import ImageFolderDataModule
 from datamodules.spiral import SpiralDataModule
+from datamodules.tabular import TabularDataModule
 from datamodules.text_classification import TextClassificationDataModule
 
 __all__ = [
     "BaseDataModule",
     "CharLMDataModule",
+    "DigitsDataModule",
     "ImageFolderDataModule",
     "SpiralDataModule",
+    "TabularDataModule",
     "TextClassificationDataModule",
 ]
