@@ -1,0 +1,198 @@
+"""Run every recipe end to end and measure it beside peer baselines on the same split.
+
+    python benchmarks/recipes_table.py                 # all recipes, prints a markdown table
+    python benchmarks/recipes_table.py --write-readme  # also replaces the table in README.md
+    python benchmarks/recipes_table.py spiral_mlp digits_convnet
+
+Each recipe runs as a user would run it: ``recipes fit -c configs/<recipe>.yaml`` then ``recipes test|validate
+--ckpt_path best`` in a fresh temporary directory (its own mlflow.db), and its metric is read back from MLflow.
+Baselines are fitted on exactly the recipe's train split and scored on its test split, taken from the recipe's
+own data module: scikit-learn's SVC and LogisticRegression (digits), HistGradientBoosting (tabular, regression),
+Ridge (regression), bag-of-tokens logistic regression (text), the unigram entropy (character LM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+START, END = "<!-- recipes-table:start -->", "<!-- recipes-table:end -->"
+
+
+def run_recipe(name: str, evaluate: str) -> tuple[dict[str, float], float]:
+    """Fit a recipe and evaluate its best checkpoint; returns (metrics of the evaluation run, fit seconds)."""
+    from mlflow.tracking import MlflowClient
+
+    config = REPO / "configs" / f"{name}.yaml"
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "data").symlink_to(REPO / "data")
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        start = time.perf_counter()
+        subprocess.run(["recipes", "fit", "-c", str(config)], cwd=tmp, env=env, check=True, capture_output=True)
+        fit_seconds = time.perf_counter() - start
+        subprocess.run(["recipes", evaluate, "-c", str(config), "--ckpt_path", "best"], cwd=tmp, env=env, check=True,
+                       capture_output=True)
+        client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
+        exp = client.get_experiment_by_name(name)
+        runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])
+        evaluation = next(r for r in runs if r.data.tags.get("loopwise.stage") == evaluate)
+        fit = next(r for r in runs if r.data.tags.get("loopwise.stage") == "fit")
+        metrics = dict(evaluation.data.metrics)
+        metrics["epochs"] = float(len(client.get_metric_history(fit.info.run_id, "val/loss")))  # one per epoch
+        return metrics, fit_seconds
+
+
+def split_arrays(datamodule: Any) -> tuple[Any, Any, Any, Any]:
+    """(x_train, y_train, x_test, y_test) as NumPy arrays from an in-memory data module after setup."""
+    datamodule.setup("fit")
+    x_train, y_train = datamodule.datasets["train"].tensors
+    x_test, y_test = datamodule.datasets["test"].tensors
+    return x_train.flatten(1).numpy(), y_train.numpy(), x_test.flatten(1).numpy(), y_test.numpy()
+
+
+def data_module(name: str) -> Any:
+    """The recipe's data module exactly as its YAML configures it."""
+    import yaml
+
+    import datamodules
+
+    config = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())["data"]
+    cls = getattr(datamodules, config["class_path"].rsplit(".", 1)[-1])
+    kwargs = dict(config.get("init_args", {}))
+    if "path" in kwargs:
+        kwargs["path"] = str(REPO / kwargs["path"])
+    return cls(**kwargs)
+
+
+def baselines_digits() -> str:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import SVC
+
+    x_train, y_train, x_test, y_test = split_arrays(data_module("digits_convnet"))
+    svc = (SVC().fit(x_train, y_train).predict(x_test) == y_test).mean()
+    logreg = (LogisticRegression(max_iter=5000).fit(x_train, y_train).predict(x_test) == y_test).mean()
+    return f"SVC {svc:.4f}, LogisticRegression {logreg:.4f}"
+
+
+def baselines_tabular() -> str:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.metrics import f1_score, roc_auc_score
+
+    x_train, y_train, x_test, y_test = split_arrays(data_module("tabular_mlp"))
+    model = HistGradientBoostingClassifier(random_state=0).fit(x_train, y_train)
+    auroc = roc_auc_score(y_test, model.predict_proba(x_test)[:, 1])
+    f1 = f1_score(y_test, model.predict(x_test), average="macro")
+    majority = max((y_test == c).mean() for c in set(y_test.tolist()))
+    return f"HistGradientBoosting AUROC {auroc:.4f}, macro F1 {f1:.4f}; majority-class acc {majority:.4f}"
+
+
+def baselines_regression() -> str:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from sklearn.linear_model import RidgeCV
+    from sklearn.metrics import mean_squared_error
+
+    x_train, y_train, x_test, y_test = split_arrays(data_module("regression_mlp"))
+    parts = []
+    for label, model in (("Ridge", RidgeCV(alphas=[0.01, 0.1, 1, 10, 100])),
+                         ("HistGradientBoosting", HistGradientBoostingRegressor(random_state=0))):
+        rmse = mean_squared_error(y_test, model.fit(x_train, y_train).predict(x_test)) ** 0.5
+        parts.append(f"{label} RMSE {rmse:.2f}")
+    return ", ".join(parts)
+
+
+def baselines_text() -> str:
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    dm = data_module("text_transformer")
+    dm.setup("fit")
+
+    def bag(split: str) -> tuple[Any, Any]:
+        dataset = dm.datasets[split]
+        rows = np.zeros((len(dataset), dm.vocab_size), dtype=np.float32)
+        labels = np.zeros(len(dataset), dtype=np.int64)
+        for i in range(len(dataset)):
+            sample = dataset[i]
+            np.add.at(rows[i], sample["input_ids"].numpy(), 1.0)
+            labels[i] = int(sample["labels"])
+        return rows, labels
+
+    x_train, y_train = bag("train")
+    x_test, y_test = bag("test")
+    acc = (LogisticRegression(max_iter=3000).fit(x_train, y_train).predict(x_test) == y_test).mean()
+    majority = max((y_test == c).mean() for c in set(y_test.tolist()))
+    return f"bag-of-words LogisticRegression {acc:.4f}; majority-class {majority:.4f}"
+
+
+def baselines_charlm() -> str:
+    dm = data_module("charlm_gpt")
+    text = dm.read_text() if hasattr(dm, "read_text") else (REPO / "data" / "tiny_corpus.txt").read_text()
+    counts = Counter(text)
+    total = sum(counts.values())
+    entropy = -sum(c / total * math.log(c / total) for c in counts.values())
+    return f"unigram entropy {entropy:.3f} nats (ppl {math.exp(entropy):.1f})"
+
+
+RECIPES: dict[str, tuple[str, Callable[[dict[str, float]], str], Callable[[], str] | None]] = {
+    "spiral_mlp": ("test", lambda m: f"test acc {m['test/acc']:.4f}", None),
+    "digits_convnet": ("test", lambda m: f"test acc {m['test/acc']:.4f}", baselines_digits),
+    "tabular_mlp": ("test", lambda m: f"test AUROC {m['test/auroc']:.4f}, macro F1 {m['test/f1']:.4f}, "
+                                      f"acc {m['test/acc']:.4f}", baselines_tabular),
+    "text_transformer": ("test", lambda m: f"test acc {m['test/acc']:.4f}", baselines_text),
+    "charlm_gpt": ("validate", lambda m: f"val loss {m['val/loss']:.3f} nats (ppl {m['val/ppl']:.2f})",
+                   baselines_charlm),
+    "regression_mlp": ("test", lambda m: f"test RMSE {m['test/rmse']:.2f}, R2 {m['test/r2']:.3f}",
+                       baselines_regression),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipes", nargs="*", default=list(RECIPES), help="recipe names (default: all)")
+    parser.add_argument("--write-readme", action="store_true", help="replace the recipe table in README.md")
+    args = parser.parse_args(argv)
+    rows = []
+    for name in args.recipes:
+        if not (REPO / "configs" / f"{name}.yaml").is_file():
+            print(f"skip {name}: configs/{name}.yaml does not exist", file=sys.stderr)
+            continue
+        evaluate, describe, baseline = RECIPES[name]
+        metrics, seconds = run_recipe(name, evaluate)
+        peer = baseline() if baseline is not None else "-"
+        rows.append(f"| `configs/{name}.yaml` | {describe(metrics)} | {peer} | {int(metrics['epochs'])} | "
+                    f"{seconds:.0f} s |")
+        print(rows[-1], flush=True)
+    header = [
+        f"Measured {date.today().isoformat()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"torch threads default, by `python benchmarks/recipes_table.py` (fit wall time includes start-up).",
+        "",
+        "| recipe | result (best checkpoint) | peer baseline, same split | epochs | fit wall time |",
+        "|---|---|---|---|---|",
+    ]
+    table = "\n".join(header + rows)
+    print()
+    print(table)
+    if args.write_readme:
+        text = README.read_text()
+        if START not in text or END not in text:
+            sys.exit(f"README.md lacks the {START} ... {END} markers")
+        pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+        README.write_text(pattern.sub(lambda _: f"{START}\n{table}\n{END}", text))
+        print(f"README.md updated ({len(rows)} recipes)")
+
+
+if __name__ == "__main__":
+    main()
