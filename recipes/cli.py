@@ -32,6 +32,8 @@ from recipes.tracking import RecipeLogger
 DEFAULT_EXPERIMENT = "loopwise"
 # torch 2.13 deprecates an API that Lightning 2.6 calls on every step; the warning says nothing to a recipe user
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+# evaluation runs restore weights only; the fit-time checkpoint callbacks they lack are irrelevant there
+warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`, callbacks used to create")
 INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, MisconfigurationException)
 
 
