@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
+from recipes.callbacks import LoopDoctor, TrainingPlan
 from recipes.checkpoints import RunCheckpoint, resolve_checkpoint
 from recipes.confusion_matrix import ConfusionMatrixArtifact
 from recipes.predictions import PredictionCsvWriter
@@ -94,6 +95,8 @@ class RecipesCLI(LightningCLI):
     # --- parser ---------------------------------------------------------------------------------------------
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.set_defaults({"trainer.logger": {"class_path": "recipes.tracking.RecipeLogger"}})
+        # the loop doctor's checks, each switchable from YAML (loop_doctor: {data_wait: false}) or the command line
+        parser.add_class_arguments(LoopDoctor, "loop_doctor", instantiate=False)
         parser.add_argument(
             "--early_stopping_patience",
             type=int | None,
@@ -210,6 +213,7 @@ class RecipesCLI(LightningCLI):
         experiment = self.experiment_name(cfg)
         callbacks: list[Callback] = []
         if self.subcommand == "fit":
+            callbacks.append(TrainingPlan())  # first, so the plan prints before the epoch lines
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "best", monitor=monitor, mode=mode))
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "last"))
             if cfg.get("trainer", Namespace()).get("logger") not in (False, None):
@@ -224,6 +228,9 @@ class RecipesCLI(LightningCLI):
             callbacks.append(PredictionCsvWriter(path))
         if not sys.stdout.isatty():
             callbacks.append(EpochSummary())
+        if self.subcommand == "fit":
+            # last: its batch timer then counts the other callbacks' batch hooks as compute, not as data wait
+            callbacks.append(LoopDoctor(**cfg.loop_doctor.as_dict()))
         return callbacks
 
 
