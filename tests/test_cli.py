@@ -53,6 +53,11 @@ def test_fit_reaches_target_and_records_one_finished_run(fitted):
     assert p["total_optimizer_steps"] == str(40 * 22) and p["precision"] == "32-true"
     assert p["task"] == "ClassificationModule" and p["network"] == "MLP" and p["data"] == "SpiralDataModule"
     assert run.data.tags["loopwise.recipe"] == "spiral_mlp" and run.data.tags["loopwise.stage"] == "fit"
+    # the training plan and the loop doctor run in every recipe; a healthy run has no findings
+    assert p["plan.batches_per_epoch"] == "22" and p["plan.last_batch_size"] == "56"
+    assert p["plan.total_optimizer_steps"] == "880" and p["plan.warmup_steps"] == "44"
+    assert run.data.tags["doctor.findings"] == "none"
+    assert len(client.get_metric_history(run.info.run_id, "doctor/grad_norm")) >= 880 // 25
     # the LR monitor logs per step
     assert len(client.get_metric_history(run.info.run_id, "lr/decay")) > 0
     # artifacts: the resolved config and both checkpoints under fixed names
