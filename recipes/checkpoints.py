@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import re
+import signal
+import tempfile
+import threading
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import ModelCheckpoint
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from recipes.tracking import find_mlflow_logger
+from recipes.tracking import CHECKPOINT_ARTIFACT_DIR, default_tracking_uri, find_mlflow_logger
 
 ALIASES = ("best", "last")
+STAMP_KEY = "loopwise"  # checkpoint["loopwise"] = {"mlflow_run_id": ..., "experiment": ...}
+MLFLOW_REF = re.compile(r"^mlflow:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -72,11 +81,174 @@ class RunCheckpoint(ModelCheckpoint):
         super().setup(trainer, pl_module, stage)
 
 
-def resolve_checkpoint(ckpt_path: str, experiment: str, root: str | Path) -> str:
-    """Turn ``best``/``last`` into the newest such file of the experiment; check that a path exists.
+class RunContinuity(Callback):
+    """What makes a fit run resumable and ends it with the right MLflow status.
+
+    * Every checkpoint carries ``checkpoint["loopwise"] = {"mlflow_run_id": ..., "experiment": ...}`` (plain
+      strings, so ``torch.load(weights_only=True)`` reads it): ``recipes fit --ckpt_path`` continues that run.
+    * SIGTERM (Lightning's signal connector raises ``SIGTERMException`` after the current batch) or SIGINT/Ctrl+C
+      during fit: ``last.ckpt`` is written to the run's checkpoint directory and the run ends ``KILLED`` instead
+      of ``FAILED``; the process exits 143 (SIGTERM) or 130 (SIGINT). A first SIGINT is routed into Lightning's
+      SIGTERM path, so training stops at a batch boundary and the checkpoint is consistent; a second one raises
+      ``KeyboardInterrupt`` at once (Lightning's own handling: the run still ends ``KILLED``, exit code 1, and no
+      checkpoint is written since the interrupted step may be half done; the previous ``last.ckpt`` stays).
+      Other exceptions leave Lightning's ``FAILED``.
+    * On a resumed run, curated params whose value changed (e.g. ``max_epochs`` raised to train longer) cannot be
+      logged again (MLflow refuses a changed param): the new value is kept as the tag ``loopwise.resumed.<param>``
+      and the param keeps the value of the first start.
+
+    Args:
+        seed: The config's ``seed_everything`` (for the param comparison on resume).
+    """
+
+    def __init__(self, seed: Any = None) -> None:
+        self.seed = seed
+        self.interrupted: str | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.interrupted = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._route_sigint(trainer)
+        self._tag_changed_params(trainer, pl_module)
+
+    def _route_sigint(self, trainer: pl.Trainer) -> None:
+        """First SIGINT: stop after the current batch like SIGTERM does; Lightning's teardown restores the handler
+        that was installed before ``fit`` (it saves all handlers when it registers its own)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        connector = trainer._signal_connector
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            if self.interrupted == "SIGINT" or not hasattr(connector, "received_sigterm"):
+                raise KeyboardInterrupt
+            self.interrupted = "SIGINT"
+            connector.received_sigterm = True
+            print("SIGINT: stopping after this batch (press Ctrl+C again to abort at once)", flush=True)
+
+        signal.signal(signal.SIGINT, on_sigint)
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        logger = find_mlflow_logger(trainer.loggers)
+        if logger is None or logger.run_id is None:
+            return
+        checkpoint[STAMP_KEY] = {
+            "mlflow_run_id": str(logger.run_id),
+            "experiment": str(getattr(logger, "_experiment_name", "") or ""),
+        }
+
+    def _tag_changed_params(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        logger = find_mlflow_logger(trainer.loggers)
+        if logger is None or not trainer.is_global_zero or not getattr(logger, "resumed", False):
+            return
+        from recipes.run_record import curated_params  # noqa: PLC0415  (run_record imports this module's peers)
+
+        params = {k: v for k, v in curated_params(trainer, pl_module, self.seed).items()}
+        for callback in trainer.callbacks:
+            figures = getattr(callback, "figures", None)
+            if figures is not None and hasattr(figures, "as_params"):
+                params.update(figures.as_params())
+        already = logger.experiment.get_run(logger.run_id).data.params
+        changed = {k: v for k, v in params.items() if k in already and already[k] != str(v)[:6000]}
+        for key, value in changed.items():
+            logger.experiment.set_tag(logger.run_id, f"loopwise.resumed.{key}", str(value))
+        logger.experiment.set_tag(logger.run_id, "loopwise.resumed_at_step", str(trainer.global_step))
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
+            return
+        if isinstance(exception, SIGTERMException):
+            self.interrupted = self.interrupted or "SIGTERM"
+            exception.code = 128 + (signal.SIGINT if self.interrupted == "SIGINT" else signal.SIGTERM)
+        else:  # a second Ctrl+C (or one before training started): the step may be half done, keep last.ckpt
+            self.interrupted = "SIGINT"
+        logger = find_mlflow_logger(trainer.loggers)
+        if logger is not None and hasattr(logger, "killed_by"):
+            logger.killed_by = self.interrupted
+        last = next((c for c in trainer.checkpoint_callbacks if getattr(c, "alias", None) == "last"), None)
+        if last is None or last.dirpath is None or trainer.state.fn != "fit":
+            return
+        if isinstance(exception, KeyboardInterrupt):
+            return
+        path = str(Path(last.dirpath) / f"{last.alias}.ckpt")
+        try:
+            trainer.save_checkpoint(path)
+        except Exception as err:  # noqa: BLE001  (the run is ending anyway; say so and keep the status right)
+            warnings.warn(f"RunContinuity: could not save {path} after {self.interrupted}: {err}", stacklevel=2)
+            return
+        last.best_model_path = last.last_model_path = path
+        if logger is not None:
+            logger.after_save_checkpoint(last)
+        if trainer.is_global_zero:
+            print(
+                f"{self.interrupted} received: saved {path} at step {trainer.global_step}; "
+                f"resume with --ckpt_path {path} (or last)",
+                flush=True,
+            )
+
+
+def read_run_stamp(path: str | Path) -> dict[str, str]:
+    """The ``loopwise`` stamp of a checkpoint (``{}`` when it has none or cannot be read as weights only)."""
+    try:
+        try:
+            ckpt = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+        except RuntimeError:  # not a zip-format file: mmap is not possible
+            ckpt = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception:  # noqa: BLE001
+        return {}
+    stamp = ckpt.get(STAMP_KEY) if isinstance(ckpt, dict) else None
+    return {str(k): str(v) for k, v in stamp.items()} if isinstance(stamp, dict) else {}
+
+
+def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_uri: str | None = None) -> str:
+    """Download ``checkpoints/<alias>.ckpt`` of an MLflow run to a fresh directory.
+
+    The file lands in ``<root>/<experiment>/<run_id>/downloaded/<alias>-<random>/checkpoints/<alias>.ckpt``, a new
+    directory every time, so it never overwrites a file (nor the run's own ``best.ckpt``/``last.ckpt``).
+    Raises ``FileNotFoundError`` when the run or the artifact does not exist.
+    """
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    uri = tracking_uri or default_tracking_uri()
+    ref = f"--ckpt_path mlflow:{run_id}/{alias}"
+    client = MlflowClient(uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as err:
+        raise FileNotFoundError(f"{ref}: no MLflow run {run_id!r} in {uri}") from err
+    artifact = f"{CHECKPOINT_ARTIFACT_DIR}/{alias}.ckpt"
+    present = {a.path for a in client.list_artifacts(run_id, CHECKPOINT_ARTIFACT_DIR)}
+    if artifact not in present:
+        has = ", ".join(sorted(present)) or "no checkpoints"
+        raise FileNotFoundError(f"{ref}: run {run_id} has no artifact {artifact} ({has})")
+    experiment = client.get_experiment(run.info.experiment_id)
+    name = experiment.name if experiment is not None else "unknown"
+    base = Path(root) / name / run_id / "downloaded"
+    base.mkdir(parents=True, exist_ok=True)
+    target = tempfile.mkdtemp(prefix=f"{alias}-{datetime.now().strftime('%Y%m%d-%H%M%S')}-", dir=base)
+    try:
+        local = client.download_artifacts(run_id, artifact, target)
+    except (MlflowException, OSError) as err:
+        raise FileNotFoundError(f"{ref}: could not download {artifact}: {err}") from err
+    return str(Path(local).resolve())
+
+
+def resolve_checkpoint(
+    ckpt_path: str, experiment: str, root: str | Path, tracking_uri: str | None = None
+) -> str:
+    """Turn ``best``/``last`` into the newest such file of the experiment, ``mlflow:<run_id>/best|last`` into a
+    downloaded copy of that run's checkpoint artifact; check that a path exists.
 
     Raises ``FileNotFoundError`` naming what was looked for.
     """
+    ref = MLFLOW_REF.match(ckpt_path)
+    if ref is not None:
+        return download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri)
+    if ckpt_path.startswith("mlflow:"):
+        raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected mlflow:<run id>/best or mlflow:<run id>/last")
     if ckpt_path in ALIASES:
         base = Path(root) / experiment
         candidates = sorted(base.glob(f"*/{ckpt_path}.ckpt"), key=lambda p: p.stat().st_mtime)

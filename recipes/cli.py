@@ -1,7 +1,12 @@
 """The ``recipes`` command: LightningCLI with loopwise's defaults.
 
 ``recipes fit -c configs/spiral_mlp.yaml`` trains a recipe; ``validate``, ``test`` and ``predict`` evaluate a
-checkpoint (``--ckpt_path best|last|<file>``). Every run is tracked in MLflow (``./mlflow.db`` by default).
+checkpoint (``--ckpt_path best|last|<file>|mlflow:<run id>/best|mlflow:<run id>/last``). Every run is tracked in
+MLflow (``./mlflow.db`` by default).
+
+``recipes fit --ckpt_path ...`` resumes training and continues the MLflow run stamped in the checkpoint (the run
+goes back to RUNNING and ends FINISHED; params changed since the first start are kept as ``loopwise.resumed.<param>``
+tags). ``validate``/``test``/``predict`` always make their own run.
 """
 
 from __future__ import annotations
@@ -18,17 +23,17 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
 from recipes.callbacks import LoopDoctor, TrainingPlan
-from recipes.checkpoints import RunCheckpoint, resolve_checkpoint
+from recipes.checkpoints import RunCheckpoint, RunContinuity, read_run_stamp, resolve_checkpoint
 from recipes.confusion_matrix import ConfusionMatrixArtifact
 from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
 from recipes.run_record import RunRecord
-from recipes.tracking import RecipeLogger
+from recipes.tracking import RecipeLogger, default_tracking_uri
 
 DEFAULT_EXPERIMENT = "loopwise"
 # torch 2.13 deprecates an API that Lightning 2.6 calls on every step; the warning says nothing to a recipe user
@@ -127,10 +132,54 @@ class RecipesCLI(LightningCLI):
             if not logger.get("init_args.experiment_name"):
                 logger["init_args.experiment_name"] = recipe
         if cfg.get("ckpt_path"):
+            tracking_uri = self.tracking_uri(cfg)
             try:
-                cfg["ckpt_path"] = resolve_checkpoint(cfg.ckpt_path, self.experiment_name(cfg), cfg.checkpoints_dir)
+                cfg["ckpt_path"] = resolve_checkpoint(
+                    cfg.ckpt_path, self.experiment_name(cfg), cfg.checkpoints_dir, tracking_uri
+                )
             except FileNotFoundError as err:
                 parser.error(str(err))
+            if self.config.get("subcommand") == "fit":
+                self.continue_run(cfg, tracking_uri)
+
+    @staticmethod
+    def tracking_uri(cfg: Namespace) -> str:
+        """The tracking URI the RecipeLogger will use: its ``tracking_uri``, else the default (read now)."""
+        logger = cfg.get("trainer", Namespace()).get("logger")
+        if isinstance(logger, Namespace):
+            uri = logger.get("init_args", Namespace()).get("tracking_uri")
+            if uri:
+                return str(uri)
+        return default_tracking_uri()
+
+    @staticmethod
+    def continue_run(cfg: Namespace, tracking_uri: str) -> None:
+        """``fit --ckpt_path``: attach the RecipeLogger to the MLflow run stamped in the checkpoint.
+
+        Nothing happens when the checkpoint has no stamp, a run id was given explicitly, the logger is not a
+        RecipeLogger, or the run is not in this tracking store (then a new run starts, with a warning).
+        """
+        logger = cfg.get("trainer", Namespace()).get("logger")
+        if not (isinstance(logger, Namespace) and logger.get("class_path", "").endswith("RecipeLogger")):
+            return
+        if logger.get("init_args", Namespace()).get("run_id"):
+            return
+        run_id = read_run_stamp(cfg.ckpt_path).get("mlflow_run_id")
+        if not run_id:
+            return
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415
+        from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+        try:
+            MlflowClient(tracking_uri).get_run(run_id)
+        except MlflowException:
+            warnings.warn(
+                f"checkpoint {cfg.ckpt_path} belongs to MLflow run {run_id}, which is not in {tracking_uri}: "
+                "training continues in a new run",
+                stacklevel=2,
+            )
+            return
+        logger["init_args.run_id"] = run_id
 
     @property
     def subcommand_config(self) -> Namespace | None:
@@ -190,6 +239,7 @@ class RecipesCLI(LightningCLI):
                 if commit:
                     tags["loopwise.git_commit"] = commit
                 logger.add_tags(tags)
+                logger.reopen()
         return trainer
 
     def instantiate_classes(self) -> None:
@@ -214,6 +264,7 @@ class RecipesCLI(LightningCLI):
         callbacks: list[Callback] = []
         if self.subcommand == "fit":
             callbacks.append(TrainingPlan())  # first, so the plan prints before the epoch lines
+            callbacks.append(RunContinuity(seed=cfg.get("seed_everything")))
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "best", monitor=monitor, mode=mode))
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "last"))
             if cfg.get("trainer", Namespace()).get("logger") not in (False, None):
@@ -238,10 +289,16 @@ def main(args: list[str] | None = None) -> None:
     """Entry point of ``recipes`` and ``python -m recipes``; ``args`` defaults to ``sys.argv[1:]``.
 
     Config, data and checkpoint problems found before the loop starts end with one ``recipes: error:`` line and
-    exit code 2; errors during training keep their traceback.
+    exit code 2; errors during training keep their traceback. SIGTERM / SIGINT during ``fit`` save ``last.ckpt``,
+    mark the MLflow run KILLED and exit 143 / 130.
     """
     try:
         RecipesCLI(args=args)
     except RecipeInputError as err:
         print(f"recipes: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except SIGTERMException as stop:  # Lightning raises it without a code, which would exit 0
+        code = stop.code if isinstance(stop.code, int) and stop.code else 128 + 15
+        name = "SIGINT" if code == 128 + 2 else "SIGTERM"
+        print(f"recipes: stopped by {name} (run marked KILLED, last.ckpt saved)", file=sys.stderr)
+        raise SystemExit(code) from None

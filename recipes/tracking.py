@@ -57,6 +57,8 @@ class RecipeLogger(MLFlowLogger):
             run_id=run_id,
         )
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
+        self.resumed = run_id is not None
+        self.killed_by: str | None = None  # set by ``RunContinuity`` when SIGTERM/SIGINT interrupts training
 
     @property
     def experiment_name(self) -> str:
@@ -71,6 +73,14 @@ class RecipeLogger(MLFlowLogger):
         else:
             self.tags = {**(self.tags or {}), **{k: str(v) for k, v in tags.items()}}
 
+    def reopen(self) -> None:
+        """Mark a continued run (``run_id`` given) as RUNNING again (it may have ended FINISHED, FAILED or KILLED,
+        or still read RUNNING after a hard kill) and write the tags that only a new run would get at creation."""
+        if self.resumed:
+            self.experiment.update_run(self.run_id, status="RUNNING")
+            for key, value in (self.tags or {}).items():
+                self.experiment.set_tag(self.run_id, key, str(value))
+
     def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
         """Remember every checkpoint callback (Lightning's logger keeps only the latest); upload now for "all"."""
         self._checkpoint_callbacks[checkpoint_callback.state_key] = checkpoint_callback
@@ -82,6 +92,8 @@ class RecipeLogger(MLFlowLogger):
             for callback in self._checkpoint_callbacks.values():
                 self.upload_checkpoints(callback)
         self._checkpoint_callback = None  # uploaded above, under fixed names
+        if status == "failed" and self.killed_by is not None:
+            status = "KILLED"  # MLflow's RunStatus for a run stopped from outside (SIGTERM, Ctrl+C)
         super().finalize(status)
 
     def upload_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
