@@ -290,8 +290,13 @@ def main(args: list[str] | None = None) -> None:
 
     Config, data and checkpoint problems found before the loop starts end with one ``recipes: error:`` line and
     exit code 2; errors during training keep their traceback. SIGTERM / SIGINT during ``fit`` save ``last.ckpt``,
-    mark the MLflow run KILLED and exit 143 / 130.
+    mark the MLflow run KILLED and exit 143 / 130. ``recipes compare ...`` compares runs (``recipes.compare``).
     """
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["compare"]:
+        from recipes.compare import main as compare_main
+
+        raise SystemExit(compare_main(argv[1:]))
     try:
         RecipesCLI(args=args)
     except RecipeInputError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,7 +32,8 @@ class RecipeLogger(MLFlowLogger):
 
     Args:
         experiment_name: MLflow experiment; default: the recipe's file stem.
-        run_name: MLflow run name; default: MLflow picks one.
+        run_name: MLflow run name; default: ``<experiment>-<UTC time>`` (MLflow's own random names repeat between
+            runs, since its generator follows the seeded ``random`` module).
         tracking_uri: Tracking server or database URI; default: ``MLFLOW_TRACKING_URI`` or ``./mlflow.db``.
         tags: Extra run tags.
         log_model: Upload the best and last checkpoints: ``true`` at the end of the run, ``all`` after every save,
@@ -50,7 +52,7 @@ class RecipeLogger(MLFlowLogger):
     ) -> None:
         super().__init__(
             experiment_name=experiment_name or "loopwise",
-            run_name=run_name,
+            run_name=run_name or f"{experiment_name or 'loopwise'}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S-%f}",
             tracking_uri=tracking_uri or default_tracking_uri(),
             tags=dict(tags) if tags else None,
             log_model=log_model,

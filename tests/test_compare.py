@@ -154,3 +154,13 @@ def test_helpers():
 
     runs = [_Run({"lr": "0.1", "bs": "64"}), _Run({"lr": "0.2", "bs": "64", "extra": "x"})]
     assert differing_params(runs) == ["extra", "lr"]
+
+
+def test_recipes_compare_is_a_subcommand_of_recipes(in_store, capsys):
+    from recipes.cli import main as recipes_main
+
+    with pytest.raises(SystemExit) as exc:
+        recipes_main(["compare", "--format", "json"])
+    assert exc.value.code == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 2 and len({row["run"] for row in rows}) == 2  # run names are unique
