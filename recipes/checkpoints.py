@@ -95,14 +95,10 @@ class RunContinuity(Callback):
       Other exceptions leave Lightning's ``FAILED``.
     * On a resumed run, curated params whose value changed (e.g. ``max_epochs`` raised to train longer) cannot be
       logged again (MLflow refuses a changed param): the new value is kept as the tag ``loopwise.resumed.<param>``
-      and the param keeps the value of the first start.
-
-    Args:
-        seed: The config's ``seed_everything`` (for the param comparison on resume).
+      (``recipes.tracking.log_params_once``) and the param keeps the value of the first start.
     """
 
-    def __init__(self, seed: Any = None) -> None:
-        self.seed = seed
+    def __init__(self) -> None:
         self.interrupted: str | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -110,7 +106,7 @@ class RunContinuity(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._route_sigint(trainer)
-        self._tag_changed_params(trainer, pl_module)
+        self._tag_resume(trainer)
 
     def _route_sigint(self, trainer: pl.Trainer) -> None:
         """First SIGINT: stop after the current batch like SIGTERM does; Lightning's teardown restores the handler
@@ -139,21 +135,11 @@ class RunContinuity(Callback):
             "experiment": str(getattr(logger, "_experiment_name", "") or ""),
         }
 
-    def _tag_changed_params(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def _tag_resume(self, trainer: pl.Trainer) -> None:
+        """On a continued run, record where it resumed (changed params are tagged by ``log_params_once``)."""
         logger = find_mlflow_logger(trainer.loggers)
         if logger is None or not trainer.is_global_zero or not getattr(logger, "resumed", False):
             return
-        from recipes.run_record import curated_params  # noqa: PLC0415  (run_record imports this module's peers)
-
-        params = {k: v for k, v in curated_params(trainer, pl_module, self.seed).items()}
-        for callback in trainer.callbacks:
-            figures = getattr(callback, "figures", None)
-            if figures is not None and hasattr(figures, "as_params"):
-                params.update(figures.as_params())
-        already = logger.experiment.get_run(logger.run_id).data.params
-        changed = {k: v for k, v in params.items() if k in already and already[k] != str(v)[:6000]}
-        for key, value in changed.items():
-            logger.experiment.set_tag(logger.run_id, f"loopwise.resumed.{key}", str(value))
         logger.experiment.set_tag(logger.run_id, "loopwise.resumed_at_step", str(trainer.global_step))
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

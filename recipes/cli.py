@@ -264,7 +264,7 @@ class RecipesCLI(LightningCLI):
         callbacks: list[Callback] = []
         if self.subcommand == "fit":
             callbacks.append(TrainingPlan())  # first, so the plan prints before the epoch lines
-            callbacks.append(RunContinuity(seed=cfg.get("seed_everything")))
+            callbacks.append(RunContinuity())
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "best", monitor=monitor, mode=mode))
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "last"))
             if cfg.get("trainer", Namespace()).get("logger") not in (False, None):

@@ -8,7 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.cli import SaveConfigCallback
 
-from recipes.tracking import find_mlflow_logger
+from recipes.tracking import find_mlflow_logger, log_params_once
 
 
 def curated_params(trainer: pl.Trainer, module: pl.LightningModule, seed: Any) -> dict[str, Any]:
@@ -70,9 +70,4 @@ class RunRecord(SaveConfigCallback):
         logger = find_mlflow_logger(trainer.loggers)
         if logger is None or not trainer.is_global_zero:
             return
-        run = logger.experiment.get_run(logger.run_id)
-        already = run.data.params
-        params = curated_params(trainer, pl_module, self.config.get("seed_everything"))
-        new = {k: v for k, v in params.items() if k not in already}
-        if new:
-            logger.log_hyperparams(new)
+        log_params_once(logger, curated_params(trainer, pl_module, self.config.get("seed_everything")))

@@ -125,6 +125,24 @@ class RecipeLogger(MLFlowLogger):
             self._logged_model_time[name] = stamp
 
 
+def log_params_once(logger: MLFlowLogger, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Log the params the run does not hold yet; return ``{param: (logged value, new value)}`` for those it
+    holds with another value.
+
+    MLflow refuses to change a logged param, so on a continued run a changed value keeps the first one and the new
+    value is recorded as the tag ``loopwise.resumed.<param>``. Values compare as Lightning logs them (str, 250
+    characters).
+    """
+    already = logger.experiment.get_run(logger.run_id).data.params
+    changed = {k: (already[k], v) for k, v in params.items() if k in already and already[k] != str(v)[:250]}
+    new = {k: v for k, v in params.items() if k not in already}
+    if new:
+        logger.log_hyperparams(new)
+    for key, (_, value) in changed.items():
+        logger.experiment.set_tag(logger.run_id, f"loopwise.resumed.{key}", str(value))
+    return changed
+
+
 def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:
     """The first MLflow logger of a trainer, or ``None``."""
     return next((lg for lg in loggers if isinstance(lg, MLFlowLogger)), None)

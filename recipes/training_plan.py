@@ -25,7 +25,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, DistributedSampler
 
-from recipes.tracking import find_mlflow_logger
+from recipes.tracking import find_mlflow_logger, log_params_once
 
 LIGHTNING_DEFAULT_MAX_EPOCHS = 1000  # what Trainer(max_epochs=None, max_steps=-1) trains for
 
@@ -367,15 +367,10 @@ class TrainingPlan(Callback):
         logger = find_mlflow_logger(trainer.loggers)
         if logger is None or not trainer.is_global_zero:
             return
-        already = logger.experiment.get_run(logger.run_id).data.params
-        params = figures.as_params()
-        changed = sorted(k for k, v in params.items() if k in already and already[k] != str(v)[:250])
+        changed = log_params_once(logger, figures.as_params())
         if changed:
-            shown = ", ".join(f"{k}: run has {already[k]}, now {params[k]}" for k in changed)
+            shown = ", ".join(f"{k}: run has {old}, now {new}" for k, (old, new) in sorted(changed.items()))
             self._warn(trainer, f"this run already logged a different plan (resumed with other settings?): {shown}")
-        new = {k: v for k, v in params.items() if k not in already}
-        if new:
-            logger.log_hyperparams(new)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         figures = self.figures
