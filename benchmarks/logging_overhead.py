@@ -4,8 +4,13 @@
 
 Both variants run in this process through ``recipes.cli.main`` (same data, model, optimizer, schedule, clipping,
 checkpoints, plan and doctor), interleaved (mlflow, none, mlflow, none, ...), each in a fresh temporary
-directory; the script prints the median wall time of ``fit`` and optimizer steps per second for each, and the
-ratio. Target: MLflow costs at most 5% (ratio >= 0.95).
+directory. Two figures per variant, medians over the repetitions:
+
+* loop: optimizer steps per second from the first training batch to the end of the last epoch (what logging costs
+  while training: metrics, LR monitor, checkpoint uploads); target: MLflow costs at most 5% (ratio >= 0.95);
+* run: wall time of the whole ``recipes fit`` call, including the per-run fixed costs that only the MLflow variant
+  pays (run creation, config and checkpoint artifacts, confusion-matrix plot, ending the run), printed so
+  those costs stay visible.
 """
 
 from __future__ import annotations
@@ -18,17 +23,36 @@ import time
 from contextlib import redirect_stdout
 from io import StringIO
 from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def fit_seconds(logger: bool, epochs: int, workdir: Path) -> float:
-    """Wall time of one in-process ``recipes fit`` of the spiral recipe, run in ``workdir`` (created)."""
+class LoopTimer(Callback):
+    """Seconds from the first training batch to the end of the last training epoch, and the steps taken."""
+
+    last: dict[str, float] = {}
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if "start" not in LoopTimer.last:
+            LoopTimer.last["start"] = time.perf_counter()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        LoopTimer.last["seconds"] = time.perf_counter() - LoopTimer.last["start"]
+        LoopTimer.last["steps"] = trainer.global_step
+
+
+def fit_seconds(logger: bool, epochs: int, workdir: Path) -> tuple[float, float]:
+    """One in-process ``recipes fit`` of the spiral recipe in ``workdir`` (created): (run seconds, loop steps/s)."""
     from recipes.cli import main
 
     args = ["fit", "-c", str(REPO / "configs" / "spiral_mlp.yaml"), "--trainer.max_epochs", str(epochs)]
+    args += ["--trainer.callbacks+=__main__.LoopTimer"]
     if not logger:
         args += ["--trainer.logger", "false"]
+    LoopTimer.last = {}
     old = Path.cwd()
     workdir.mkdir(parents=True)
     os.chdir(workdir)
@@ -36,7 +60,7 @@ def fit_seconds(logger: bool, epochs: int, workdir: Path) -> float:
         start = time.perf_counter()
         with redirect_stdout(StringIO()):
             main(args)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, LoopTimer.last["steps"] / LoopTimer.last["seconds"]
     finally:
         os.chdir(old)
 
@@ -52,18 +76,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         fit_seconds(True, 1, root / "warmup")  # imports, MLflow schema creation, torch kernels
-        times: dict[str, list[float]] = {"mlflow": [], "none": []}
+        runs: dict[str, list[float]] = {"mlflow": [], "none": []}
+        loops: dict[str, list[float]] = {"mlflow": [], "none": []}
         for i in range(args.repeats):
-            times["mlflow"].append(fit_seconds(True, args.epochs, root / f"mlflow-{i}"))
-            times["none"].append(fit_seconds(False, args.epochs, root / f"none-{i}"))
-    steps = args.epochs * 22  # 1,400 train samples / batch 64 = 22 optimizer steps per epoch
-    medians = {k: statistics.median(v) for k, v in times.items()}
-    for name, seconds in medians.items():
-        runs = ", ".join(f"{t:.2f}" for t in times[name])
-        print(f"{name:>7}: median {seconds:6.2f} s  ({steps / seconds:7.1f} steps/s)  runs: {runs}")
-    ratio = medians["none"] / medians["mlflow"]
+            for name in ("mlflow", "none"):
+                seconds, rate = fit_seconds(name == "mlflow", args.epochs, root / f"{name}-{i}")
+                runs[name].append(seconds)
+                loops[name].append(rate)
+    for name in ("mlflow", "none"):
+        rates = ", ".join(f"{r:.0f}" for r in loops[name])
+        print(
+            f"{name:>7}: loop median {statistics.median(loops[name]):7.1f} steps/s (runs: {rates});  "
+            f"whole run median {statistics.median(runs[name]):6.2f} s"
+        )
+    ratio = statistics.median(loops["mlflow"]) / statistics.median(loops["none"])
     verdict = "meets" if ratio >= 0.95 else "misses"
-    print(f"throughput with MLflow / without: {ratio:.3f} ({verdict} the >= 0.95 target)")
+    print(f"loop steps/s with MLflow / without: {ratio:.3f} ({verdict} the >= 0.95 target)")
+    run_ratio = statistics.median(runs["none"]) / statistics.median(runs["mlflow"])
+    print(f"whole-run speed with MLflow / without (incl. per-run fixed costs): {run_ratio:.3f}")
 
 
 if __name__ == "__main__":

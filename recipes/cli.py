@@ -33,7 +33,7 @@ from recipes.confusion_matrix import ConfusionMatrixArtifact
 from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
 from recipes.run_record import RunRecord
-from recipes.tracking import RecipeLogger, default_tracking_uri
+from recipes.tracking import RecipeLogger, TrackingServerUnreachable, check_tracking_server, default_tracking_uri
 
 DEFAULT_EXPERIMENT = "loopwise"
 # torch 2.13 deprecates an API that Lightning 2.6 calls on every step; the warning says nothing to a recipe user
@@ -131,6 +131,10 @@ class RecipesCLI(LightningCLI):
         if isinstance(logger, Namespace) and logger.get("class_path", "").endswith("RecipeLogger"):
             if not logger.get("init_args.experiment_name"):
                 logger["init_args.experiment_name"] = recipe
+            try:  # a tracking server that does not answer stops the recipe now, not at its first log call
+                check_tracking_server(self.tracking_uri(cfg))
+            except TrackingServerUnreachable as err:
+                raise RecipeInputError(str(err)) from None
         if cfg.get("ckpt_path"):
             tracking_uri = self.tracking_uri(cfg)
             try:

@@ -29,12 +29,11 @@ import json
 import os
 import sys
 import tempfile
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from recipes.tracking import default_tracking_uri
+from recipes.tracking import default_tracking_uri, fast_http_failures
 
 PROG = "recipes compare"
 MAX_PARAM_COLUMNS = 12
@@ -66,23 +65,6 @@ def summarize_history(history: list[Any], metric: str) -> dict[str, Any]:
 
 
 # --- tracking access -------------------------------------------------------------------------------------------
-@contextmanager
-def _fast_http_failures(uri: str) -> Iterator[None]:
-    """For an HTTP server, fail in seconds rather than minutes of retries (unless the user set the knobs)."""
-    keys = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
-    changed = []
-    if uri.startswith(("http://", "https://")):
-        for key, value in keys.items():
-            if key not in os.environ:
-                os.environ[key] = value
-                changed.append(key)
-    try:
-        yield
-    finally:
-        for key in changed:
-            os.environ.pop(key, None)
-
-
 def _check_sqlite(uri: str) -> None:
     """An SQLite URI must name an existing file: MLflow would silently create an empty store."""
     if not uri.startswith("sqlite:"):
@@ -349,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         _check_sqlite(uri)
-        with _fast_http_failures(uri):
+        with fast_http_failures(uri):
             client = MlflowClient(tracking_uri=uri)
             experiments = _experiments(client, args.experiment)
             runs = _search_runs(client, experiments, args.stage, args.max_runs) if experiments else []

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
+from recipes.checkpoint_upload import CheckpointUploader
+
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
+SERVER_CHECK_TIMEOUT_S = 5
+
+
+class TrackingServerUnreachable(ConnectionError):
+    """The MLflow tracking server named by the tracking URI does not answer."""
 
 
 def default_tracking_uri() -> str:
@@ -21,6 +29,67 @@ def default_tracking_uri() -> str:
     if uri:
         return uri
     return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+
+
+def is_server_uri(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (HTTP) rather than a local store."""
+    return uri.startswith(("http://", "https://"))
+
+
+@contextmanager
+def fast_http_failures(uri: str, retries: int = 1, timeout_s: int = 15) -> Iterator[None]:
+    """For an HTTP server, fail in seconds rather than after MLflow's minutes of retries; knobs the user set in
+    the environment (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``) win."""
+    keys = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_s)}
+    changed = []
+    if is_server_uri(uri):
+        for key, value in keys.items():
+            if key not in os.environ:
+                os.environ[key] = value
+                changed.append(key)
+    try:
+        yield
+    finally:
+        for key in changed:
+            os.environ.pop(key, None)
+
+
+def short_reason(err: BaseException) -> str:
+    """The informative part of a connection error: ``[Errno 111] Connection refused`` rather than three lines of
+    urllib3 wrapping; else the first line, at most 200 characters."""
+    text = str(err).strip()
+    errno = re.search(r"\[Errno -?\d+\][^'\")]*", text)
+    if errno:
+        return errno.group(0).strip()
+    for marker in ("Read timed out", "timed out", "Name or service not known"):
+        if marker in text:
+            return marker
+    first = text.splitlines()[0] if text else type(err).__name__
+    return first if len(first) <= 200 else first[:197] + "..."
+
+
+def check_tracking_server(uri: str) -> None:
+    """For a server URI, ask the server for one experiment (no retries, a few seconds at most).
+
+    Raises ``TrackingServerUnreachable`` naming the URI and the reason when it does not answer, so a recipe stops
+    before training instead of failing (or hanging in retries) at its first logging call. Local stores (SQLite,
+    file) are not checked: MLflow creates them.
+    """
+    if not is_server_uri(uri):
+        return
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+    from requests.exceptions import RequestException  # noqa: PLC0415
+
+    try:
+        with fast_http_failures(uri, retries=0, timeout_s=SERVER_CHECK_TIMEOUT_S):
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except (MlflowException, RequestException, OSError) as err:
+        raise TrackingServerUnreachable(
+            f"the MLflow tracking server at {uri} does not answer ({short_reason(err)}); start it (`mlflow server --host "
+            "127.0.0.1 --port <port> ...`), fix MLFLOW_TRACKING_URI / trainer.logger.init_args.tracking_uri, or "
+            "unset it to track in ./mlflow.db"
+        ) from None
 
 
 class RecipeLogger(MLFlowLogger):
@@ -36,9 +105,10 @@ class RecipeLogger(MLFlowLogger):
             runs, since its generator follows the seeded ``random`` module).
         tracking_uri: Tracking server or database URI; default: ``MLFLOW_TRACKING_URI`` or ``./mlflow.db``.
         tags: Extra run tags.
-        log_model: Upload the best and last checkpoints: ``true`` at the end of the run, ``all`` after every save,
-            ``false`` never.
+        log_model: Upload the best and last checkpoints: ``all`` every time they are saved (replacing the previous
+            upload), ``true`` once at the end of the run, ``false`` never.
         run_id: Continue this existing run instead of creating one.
+        synchronous: Block on every metrics write (``true``) instead of MLflow's asynchronous logging.
     """
 
     def __init__(
@@ -47,8 +117,9 @@ class RecipeLogger(MLFlowLogger):
         run_name: str | None = None,
         tracking_uri: str | None = None,
         tags: dict[str, str] | None = None,
-        log_model: Literal[True, False, "all"] = True,
+        log_model: Literal[True, False, "all"] = "all",
         run_id: str | None = None,
+        synchronous: bool = False,
     ) -> None:
         super().__init__(
             experiment_name=experiment_name or "loopwise",
@@ -57,8 +128,10 @@ class RecipeLogger(MLFlowLogger):
             tags=dict(tags) if tags else None,
             log_model=log_model,
             run_id=run_id,
+            synchronous=synchronous,
         )
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
+        self._uploader = CheckpointUploader(self._upload_file)
         self.resumed = run_id is not None
         self.killed_by: str | None = None  # set by ``RunContinuity`` when SIGTERM/SIGINT interrupts training
 
@@ -66,6 +139,14 @@ class RecipeLogger(MLFlowLogger):
     def experiment_name(self) -> str:
         """Name of the MLflow experiment this logger writes to."""
         return self._experiment_name
+
+    def log_hyperparams(self, params: Any) -> None:
+        """Params are written at once (not queued): ``log_params_once`` reads them back to find changed values."""
+        kwargs, self._log_batch_kwargs = self._log_batch_kwargs, {}
+        try:
+            super().log_hyperparams(params)
+        finally:
+            self._log_batch_kwargs = kwargs
 
     def add_tags(self, tags: dict[str, Any]) -> None:
         """Tags for the run: set at creation if it does not exist yet, else written to it now."""
@@ -93,16 +174,17 @@ class RecipeLogger(MLFlowLogger):
         if self._initialized and self._log_model:
             for callback in self._checkpoint_callbacks.values():
                 self.upload_checkpoints(callback)
+        self._uploader.close()
         self._checkpoint_callback = None  # uploaded above, under fixed names
         if status == "failed" and self.killed_by is not None:
             status = "KILLED"  # MLflow's RunStatus for a run stopped from outside (SIGTERM, Ctrl+C)
         super().finalize(status)
 
     def upload_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
-        """Upload a callback's checkpoints as ``checkpoints/best.ckpt`` / ``checkpoints/last.ckpt``.
+        """Queue a callback's checkpoints for upload as ``checkpoints/best.ckpt`` / ``checkpoints/last.ckpt``.
 
         A ``RunCheckpoint`` names its own alias; a plain ``ModelCheckpoint`` gives its best and last paths.
-        Files already uploaded unchanged are skipped.
+        Files already uploaded unchanged are skipped. The file is copied now and sent by a background thread.
         """
         alias = getattr(checkpoint_callback, "alias", None)
         if alias is not None:
@@ -112,17 +194,20 @@ class RecipeLogger(MLFlowLogger):
         for name, path in pairs:
             if not path or not os.path.isfile(path):
                 continue
-            stamp = os.path.getmtime(path)
+            stat = os.stat(path)
+            stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
             if self._logged_model_time.get(name) == stamp:
                 continue
-            if Path(path).name == f"{name}.ckpt":
-                self.experiment.log_artifact(self.run_id, path, CHECKPOINT_ARTIFACT_DIR)
-            else:
-                with tempfile.TemporaryDirectory() as tmp:
-                    staged = Path(tmp) / f"{name}.ckpt"
-                    shutil.copyfile(path, staged)
-                    self.experiment.log_artifact(self.run_id, str(staged), CHECKPOINT_ARTIFACT_DIR)
+            self._uploader.submit(name, path)
             self._logged_model_time[name] = stamp
+
+    def wait_for_uploads(self) -> None:
+        """Block until every queued checkpoint upload has finished."""
+        self._uploader.wait()
+
+    def _upload_file(self, local_file: str, name: str) -> None:
+        """Send one staged ``<name>.ckpt`` to the run's ``checkpoints/`` artifact directory (replacing it)."""
+        self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
 
 
 def log_params_once(logger: MLFlowLogger, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:

@@ -1,0 +1,158 @@
+"""RecipeLogger: checkpoints uploaded during training and replaced, asynchronous metrics complete at the end, the
+background uploader's newest-wins rule, and the tracking-server check."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from datamodules import SpiralDataModule
+from lightning_modules import ClassificationModule
+from lightning_modules.models import MLP
+from recipes.checkpoint_upload import CheckpointUploader
+from recipes.checkpoints import RunCheckpoint
+from recipes.tracking import (
+    RecipeLogger,
+    TrackingServerUnreachable,
+    check_tracking_server,
+    short_reason,
+)
+
+from conftest import mlflow_client
+
+
+# --- CheckpointUploader -----------------------------------------------------------------------------------------
+def test_uploader_snapshots_the_file_and_sends_the_newest_version_of_a_name(tmp_path: Path) -> None:
+    sent: list[tuple[str, bytes]] = []
+    first_started, release = threading.Event(), threading.Event()
+
+    def upload(local: str, name: str) -> None:
+        assert Path(local).name == f"{name}.ckpt"
+        sent.append((name, Path(local).read_bytes()))
+        first_started.set()
+        assert release.wait(10)
+
+    uploader = CheckpointUploader(upload)
+    ckpt = tmp_path / "last.ckpt"
+    ckpt.write_bytes(b"v1")
+    uploader.submit("last", ckpt)
+    assert first_started.wait(10)  # v1 is being uploaded
+    ckpt.write_bytes(b"v2")
+    uploader.submit("last", ckpt)
+    ckpt.write_bytes(b"v3")  # the trainer rewrites the file: v2 was snapshotted at submit
+    uploader.submit("last", ckpt)
+    (tmp_path / "best.ckpt").write_bytes(b"b1")
+    uploader.submit("best", tmp_path / "best.ckpt")
+    release.set()
+    uploader.close()
+    # v2 was replaced by v3 while v1 was still uploading: the store gets v1 then the newest file, never v2
+    assert sent == [("last", b"v1"), ("last", b"v3"), ("best", b"b1")]
+    assert uploader.errors == []
+
+
+def test_uploader_failure_is_a_warning_not_a_crash(tmp_path: Path) -> None:
+    def upload(local: str, name: str) -> None:
+        raise ConnectionError("store down")
+
+    uploader = CheckpointUploader(upload)
+    (tmp_path / "x.ckpt").write_bytes(b"x")
+    with pytest.warns(UserWarning, match="could not upload last.ckpt: ConnectionError: store down"):
+        uploader.submit("last", tmp_path / "x.ckpt")
+        uploader.close()
+    assert uploader.errors and uploader.uploaded == []
+
+
+# --- RecipeLogger during training ---------------------------------------------------------------------------------
+class ArtifactProbe(pl.Callback):
+    """After each epoch's checkpoints (ModelCheckpoint callbacks run last, so: at the start of the next epoch and at
+    the end of training), the run's checkpoints/last.ckpt equals the file on disk right now."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.epochs: list[int] = []
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.current_epoch > 0:
+            self.check(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.check(trainer)
+
+    def check(self, trainer: pl.Trainer) -> None:
+        logger = trainer.logger
+        assert isinstance(logger, RecipeLogger)
+        logger.wait_for_uploads()
+        last = next(c for c in trainer.checkpoint_callbacks if getattr(c, "alias", None) == "last")
+        target = self.tmp / f"epoch{trainer.current_epoch}"
+        target.mkdir()
+        local = logger.experiment.download_artifacts(logger.run_id, "checkpoints/last.ckpt", str(target))
+        assert Path(local).read_bytes() == Path(last.last_model_path or last.best_model_path).read_bytes()
+        saved = torch.load(local, weights_only=True, map_location="cpu")
+        self.epochs.append(saved["epoch"])
+
+
+def test_checkpoints_are_uploaded_during_training_and_replaced(workdir: Path) -> None:
+    pl.seed_everything(0)
+    logger = RecipeLogger(experiment_name="uploads")
+    probe = ArtifactProbe(workdir / "downloads")
+    (workdir / "downloads").mkdir()
+    trainer = pl.Trainer(
+        max_epochs=3,
+        logger=logger,
+        callbacks=[
+            RunCheckpoint(workdir / "ckpt", "uploads", "best", monitor="val/acc", mode="max"),
+            RunCheckpoint(workdir / "ckpt", "uploads", "last"),
+            probe,
+        ],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=5,
+    )
+    module = ClassificationModule(model=MLP(2, 3, hidden_sizes=[16]), num_classes=3)
+    trainer.fit(module, datamodule=SpiralDataModule(n_samples=300, batch_size=32))
+    assert probe.epochs == [0, 1, 2]  # the artifact followed the file after every epoch, not only at the end
+    client = mlflow_client(workdir)
+    names = {a.path for a in client.list_artifacts(logger.run_id, "checkpoints")}
+    assert names == {"checkpoints/best.ckpt", "checkpoints/last.ckpt"}
+    # metrics were queued asynchronously; ending the run waited for them: every logged step is in the store
+    history = client.get_metric_history(logger.run_id, "train/loss")
+    steps_per_epoch = len(trainer.datamodule.train_dataloader())  # type: ignore[union-attr]
+    assert [m.step for m in history] == list(range(4, 3 * steps_per_epoch, 5))
+    assert len(client.get_metric_history(logger.run_id, "val/acc")) == 3
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+
+
+def test_synchronous_logging_can_be_chosen(workdir: Path) -> None:
+    logger = RecipeLogger(experiment_name="sync", synchronous=True)
+    logger.log_metrics({"a": 1.0, "b": 2.0}, step=3)
+    client = mlflow_client(workdir)
+    assert client.get_run(logger.run_id).data.metrics == {"a": 1.0, "b": 2.0}  # stored before log_metrics returned
+
+
+# --- tracking server check ---------------------------------------------------------------------------------------
+def test_local_stores_are_not_probed(workdir: Path) -> None:
+    check_tracking_server(f"sqlite:///{workdir}/mlflow.db")
+    check_tracking_server(str(workdir / "mlruns"))
+    assert not (workdir / "mlflow.db").exists()
+
+
+def test_unreachable_server_fails_in_seconds_with_the_reason() -> None:
+    start = time.perf_counter()
+    with pytest.raises(TrackingServerUnreachable) as err:
+        check_tracking_server("http://127.0.0.1:1")
+    assert time.perf_counter() - start < 30  # MLflow's default retries would take minutes
+    assert "http://127.0.0.1:1 does not answer ([Errno 111] Connection refused)" in str(err.value)
+
+
+def test_short_reason_keeps_the_errno_part() -> None:
+    text = (
+        "API request failed with exception HTTPConnectionPool(host='h', port=5): Max retries exceeded "
+        "(Caused by NewConnectionError(\"...: Failed to establish a new connection: [Errno 111] Connection refused\"))"
+    )
+    assert short_reason(Exception(text)) == "[Errno 111] Connection refused"
+    assert short_reason(Exception("x" * 500)).endswith("...")

@@ -1,0 +1,127 @@
+"""A recipe against a real ``mlflow server`` process on 127.0.0.1 (SQLite backend, local artifact root), and the
+fail-fast check for a server that does not answer."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import SPIRAL
+from recipes.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """``mlflow server`` on a free port of 127.0.0.1; yields (uri, server directory); stopped afterwards."""
+    root = tmp_path_factory.mktemp("server")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no background job workers
+    env.pop("MLFLOW_TRACKING_URI", None)
+    mlflow = Path(sys.executable).with_name("mlflow")
+    command = [str(mlflow)] if mlflow.exists() else [sys.executable, "-m", "mlflow"]
+    log = (root / "server.log").open("w")
+    proc = subprocess.Popen(
+        [
+            *command, "server",
+            "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
+            "--artifacts-destination", str(root / "artifacts"),
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        ],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield uri, root
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()
+
+
+def test_recipe_logs_everything_to_a_real_server(mlflow_server, workdir: Path, monkeypatch, capsys) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri, root = mlflow_server
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3"])
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("spiral_mlp")
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["lr"] == "0.01"
+    assert run.data.params["batch_size"] == "64"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")] == [21, 43, 65]
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "checkpoints"} <= names
+    ckpts = {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}
+    assert ckpts == {"checkpoints/best.ckpt", "checkpoints/last.ckpt"}
+    # the files live in the server's artifact root, nothing was written to the local default store
+    served = root / "artifacts"
+    assert list(served.rglob("last.ckpt")) and list(served.rglob("config.yaml"))
+    assert not (workdir / "mlflow.db").exists() and not (workdir / "mlruns").exists()
+    # the uploaded last.ckpt is the final one (replaced during training)
+    local_last = next((workdir / "checkpoints" / "spiral_mlp" / run.info.run_id).glob("last.ckpt"))
+    uploaded = next(served.rglob("last.ckpt"))
+    assert uploaded.read_bytes() == local_last.read_bytes()
+    assert torch.load(uploaded, weights_only=True, map_location="cpu")["epoch"] == 2
+
+    # the server's best checkpoint validates by run id, and compare reads the server
+    capsys.readouterr()
+    main(["validate", "-c", str(SPIRAL), "--ckpt_path", f"mlflow:{run.info.run_id}/best"])
+    best_logged = max(m.value for m in client.get_metric_history(run.info.run_id, "val/acc"))
+    runs = client.search_runs([experiment.experiment_id], "tags.`loopwise.stage` = 'validate'")
+    assert len(runs) == 1 and runs[0].data.metrics["val/acc"] == pytest.approx(best_logged)
+    with pytest.raises(SystemExit) as done:
+        main(["compare", "--experiment", "spiral_mlp", "--stage", "fit", "--format", "csv"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert run.info.run_id in out and "FINISHED" in out
+
+
+def test_unreachable_server_fails_before_training(workdir: Path, monkeypatch, capsys) -> None:
+    port = free_port()  # nothing listens there
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "-c", str(SPIRAL)])
+    assert done.value.code == 2
+    assert time.perf_counter() - start < 60  # not minutes of MLflow retries
+    err = capsys.readouterr().err
+    assert f"recipes: error: the MLflow tracking server at http://127.0.0.1:{port} does not answer" in err
+    assert "Connection refused" in err
+    assert not (workdir / "checkpoints").exists()  # no training, no files
+    assert not (workdir / "mlflow.db").exists()
