@@ -77,7 +77,10 @@ class RunCheckpoint(ModelCheckpoint):
         if self.dirpath is None:
             logger = find_mlflow_logger(trainer.loggers)
             run = logger.run_id if logger is not None else datetime.now().strftime("run-%Y%m%d-%H%M%S")
-            self.dirpath = str((self.root / self.experiment / str(run)).resolve())
+            dirpath = str((self.root / self.experiment / str(run)).resolve())
+            # under DDP only rank 0 knows the MLflow run id (other ranks' loggers have none): every rank takes
+            # rank 0's directory, so the ranks agree on where best/last live (rank 0 writes the files)
+            self.dirpath = trainer.strategy.broadcast(dirpath)
         super().setup(trainer, pl_module, stage)
 
 
