@@ -30,13 +30,18 @@ SPIRAL_EPOCHS = 2
 
 def fit_on_two_processes(directory: Path, recipe: Path, epochs: int) -> subprocess.CompletedProcess:
     """`python -m recipes fit -c <recipe> -c ddp.yaml` on 2 CPU processes in ``directory`` (embedded MLflow)."""
+    return on_two_processes(directory, "fit", recipe, "--trainer.max_epochs", str(epochs))
+
+
+def on_two_processes(directory: Path, subcommand: str, recipe: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`python -m recipes <subcommand> -c <recipe> -c ddp.yaml ...` on 2 CPU processes in ``directory``."""
     if (REPO / "data").is_dir() and not (directory / "data").exists():
         (directory / "data").symlink_to(REPO / "data")  # recipes name their data relative to the repository root
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV and k != "MLFLOW_TRACKING_URI"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
-    args = ["fit", "-c", str(recipe), "-c", str(DDP), "--trainer.accelerator", "cpu", "--trainer.devices", "2"]
-    args += ["--trainer.max_epochs", str(epochs)]
+    args = [subcommand, "-c", str(recipe), "-c", str(DDP), "--trainer.accelerator", "cpu", "--trainer.devices", "2"]
+    args += list(extra)
     # a deadlock between the ranks fails the test instead of hanging CI
     out = subprocess.run(
         [sys.executable, "-m", "recipes", *args], cwd=directory, env=env, capture_output=True, text=True, timeout=420
@@ -105,18 +110,23 @@ def test_spiral_on_two_processes_is_one_run_with_world_size_arithmetic(spiral_dd
     assert (last["epoch"], last["global_step"]) == (SPIRAL_EPOCHS - 1, SPIRAL_EPOCHS * 11)
 
 
-def spiral_val_predictions(checkpoint: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """(correct, per-sample loss) of ``checkpoint`` on the spiral recipe's 399 val samples, in split order."""
+def spiral_logits(checkpoint: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, targets) of ``checkpoint`` on a split of the spiral recipe's data, in split order, in this process."""
     from datamodules import SpiralDataModule
     from lightning_modules import ClassificationModule
 
     recipe = yaml.safe_load(SPIRAL.read_text())
     data = SpiralDataModule(**recipe["data"]["init_args"])
     data.setup("validate")
-    inputs, targets = data.datasets["val"].tensors  # type: ignore[attr-defined]
+    inputs, targets = data.datasets[split].tensors  # type: ignore[attr-defined]
     module = ClassificationModule.load_from_checkpoint(checkpoint, map_location="cpu").eval()
     with torch.no_grad():
-        logits = module(inputs)
+        return module(inputs), targets
+
+
+def spiral_val_predictions(checkpoint: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """(correct, per-sample loss) of ``checkpoint`` on the spiral recipe's 399 val samples, in split order."""
+    logits, targets = spiral_logits(checkpoint, "val")
     return (logits.argmax(-1) == targets).double(), F.cross_entropy(logits, targets, reduction="none").double()
 
 
@@ -155,6 +165,22 @@ def test_spiral_val_metrics_are_reduced_over_both_ranks(spiral_ddp, monkeypatch)
     assert single == pytest.approx(float(correct.mean()), abs=1e-6)
     assert abs(single - best_acc) <= 1 / 400 + 1e-9
     assert validation.data.metrics["val/loss"] == pytest.approx(float(loss.mean()), rel=1e-4)
+
+
+@pytest.mark.slow
+def test_spiral_predict_on_two_processes_writes_every_sample_in_order(spiral_ddp):
+    # each rank predicts every other sample of the 201 test samples; rank 0 gathers them into one CSV in split order
+    directory, _ = spiral_ddp
+    out_csv = directory / "ddp_predictions.csv"
+    on_two_processes(directory, "predict", SPIRAL, "--ckpt_path", "best", "--predictions_path", str(out_csv))
+    rows = out_csv.read_text().splitlines()
+    assert rows[0] == "output_0,output_1,output_2" and len(rows) == 1 + 201
+    written = torch.tensor([[float(v) for v in r.split(",")] for r in rows[1:]])
+    run = [r for r in runs_of(directory, "spiral_mlp") if r.data.tags["loopwise.stage"] == "fit"][0]
+    logits, _ = spiral_logits(directory / "checkpoints" / "spiral_mlp" / run.info.run_id / "best.ckpt", "test")
+    assert torch.allclose(written, logits.softmax(-1), atol=1e-6)
+    predict_runs = [r for r in runs_of(directory, "spiral_mlp") if r.data.tags["loopwise.stage"] == "predict"]
+    assert len(predict_runs) == 1 and predict_runs[0].info.status == "FINISHED"
 
 
 @pytest.mark.slow
