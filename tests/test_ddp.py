@@ -94,6 +94,9 @@ def test_spiral_on_two_processes_is_one_run_with_world_size_arithmetic(spiral_dd
     assert len(client.get_metric_history(run_id, "val/acc")) == SPIRAL_EPOCHS  # one value per epoch
     assert len(client.get_metric_history(run_id, "val/loss")) == SPIRAL_EPOCHS
     assert len(client.get_metric_history(run_id, "train/loss")) >= SPIRAL_EPOCHS * 11 // 10 - 1  # every 10 steps
+    # the loop doctor times the loader itself under DDP, not Lightning's per-batch wait for the other rank
+    waits = [m.value for m in client.get_metric_history(run_id, "doctor/data_wait_fraction")]
+    assert len(waits) == SPIRAL_EPOCHS and max(waits) < 0.3 and "doctor.data_wait" not in run.data.tags
     top = {a.path for a in client.list_artifacts(run_id)}
     assert {"config.yaml", "checkpoints", "confusion_matrix_val.png"} <= top
     assert {a.path for a in client.list_artifacts(run_id, "checkpoints")} == {
