@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,19 +37,32 @@ def fit_on_two_processes(directory: Path, recipe: Path, epochs: int) -> subproce
 
 def on_two_processes(directory: Path, subcommand: str, recipe: Path, *extra: str) -> subprocess.CompletedProcess:
     """`python -m recipes <subcommand> -c <recipe> -c ddp.yaml ...` on 2 CPU processes in ``directory``."""
-    if (REPO / "data").is_dir() and not (directory / "data").exists():
-        (directory / "data").symlink_to(REPO / "data")  # recipes name their data relative to the repository root
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV and k != "MLFLOW_TRACKING_URI"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
-    args = [subcommand, "-c", str(recipe), "-c", str(DDP), "--trainer.accelerator", "cpu", "--trainer.devices", "2"]
-    args += list(extra)
     # a deadlock between the ranks fails the test instead of hanging CI
     out = subprocess.run(
-        [sys.executable, "-m", "recipes", *args], cwd=directory, env=env, capture_output=True, text=True, timeout=420
+        two_process_command(directory, subcommand, recipe, *extra),
+        cwd=directory,
+        env=recipes_env(),
+        capture_output=True,
+        text=True,
+        timeout=420,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
+
+
+def recipes_env() -> dict[str, str]:
+    """This environment without a tracking URI or a launcher's variables, with the repository importable."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV and k != "MLFLOW_TRACKING_URI"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    return env
+
+
+def two_process_command(directory: Path, subcommand: str, recipe: Path, *extra: str) -> list[str]:
+    if (REPO / "data").is_dir() and not (directory / "data").exists():
+        (directory / "data").symlink_to(REPO / "data")  # recipes name their data relative to the repository root
+    args = [subcommand, "-c", str(recipe), "-c", str(DDP), "--trainer.accelerator", "cpu", "--trainer.devices", "2"]
+    return [sys.executable, "-m", "recipes", *args, *extra]
 
 
 def the_run(directory: Path, experiment: str):
@@ -213,3 +228,31 @@ def test_file_backed_recipe_on_two_processes_shards_its_sampler(tmp_path, recipe
     last = torch.load(run_dir / "last.ckpt", weights_only=True)
     assert last["global_step"] == batches
     assert read_run_stamp(run_dir / "best.ckpt")["mlflow_run_id"] == run.info.run_id
+
+
+@pytest.mark.slow
+def test_sigterm_on_two_processes_stops_both_saves_last_and_marks_the_run_killed(tmp_path):
+    # Lightning 2.6's own SIGTERM handler broadcasts from inside the handler and deadlocks DDP; RunContinuity makes
+    # the ranks agree on the signal after a batch, so both stop there and save last.ckpt together
+    command = two_process_command(tmp_path, "fit", SPIRAL, "--trainer.max_epochs", "40")
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=recipes_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob("checkpoints/spiral_mlp/*/last.ckpt")):  # after the first epoch
+            assert proc.poll() is None and time.monotonic() < deadline, "the fit ended or never saved last.ckpt"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)  # rank 0 only, as a scheduler's `kill <pid>` would
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "SIGTERM received: saved" in out and out.count("Training plan") == 1
+    run = runs_of(tmp_path, "spiral_mlp")
+    assert [r.info.status for r in run] == ["KILLED"]
+    last_path = tmp_path / "checkpoints" / "spiral_mlp" / run[0].info.run_id / "last.ckpt"
+    last = torch.load(last_path, weights_only=True)
+    assert 11 <= last["global_step"] < 40 * 11  # stopped after the first epoch, long before the end
+    assert last["loopwise"]["mlflow_run_id"] == run[0].info.run_id
