@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -77,7 +78,10 @@ class RunCheckpoint(ModelCheckpoint):
         if self.dirpath is None:
             logger = find_mlflow_logger(trainer.loggers)
             run = logger.run_id if logger is not None else datetime.now().strftime("run-%Y%m%d-%H%M%S")
-            self.dirpath = str((self.root / self.experiment / str(run)).resolve())
+            dirpath = str((self.root / self.experiment / str(run)).resolve())
+            # under DDP only rank 0 knows the MLflow run id (other ranks' loggers have none): every rank takes
+            # rank 0's directory, so the ranks agree on where best/last live (rank 0 writes the files)
+            self.dirpath = trainer.strategy.broadcast(dirpath)
         super().setup(trainer, pl_module, stage)
 
 
@@ -93,6 +97,11 @@ class RunContinuity(Callback):
       ``KeyboardInterrupt`` at once (Lightning's own handling: the run still ends ``KILLED``, exit code 1, and no
       checkpoint is written since the interrupted step may be half done; the previous ``last.ckpt`` stays).
       Other exceptions leave Lightning's ``FAILED``.
+    * Under DDP a signal only marks itself pending; after every train batch the ranks agree on it (an
+      ``all_reduce``), so all of them stop after the same batch and save ``last.ckpt`` together. Lightning 2.6's
+      own SIGTERM handler calls ``dist.broadcast`` inside the signal handler, at whatever point rank 0 is (e.g. in
+      the forward pass while rank 1 waits in the backward all-reduce): a deadlock, so under DDP it is replaced
+      during training too.
     * On a resumed run, curated params whose value changed (e.g. ``max_epochs`` raised to train longer) cannot be
       logged again (MLflow refuses a changed param): the new value is kept as the tag ``loopwise.resumed.<param>``
       (``recipes.tracking.log_params_once``) and the param keeps the value of the first start.
@@ -100,9 +109,11 @@ class RunContinuity(Callback):
 
     def __init__(self) -> None:
         self.interrupted: str | None = None
+        self._pending_signal: int | None = None  # DDP only: the signal received and not yet agreed on (0: none)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.interrupted = None
+        self._pending_signal = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._route_sigint(trainer)
@@ -114,15 +125,41 @@ class RunContinuity(Callback):
         if threading.current_thread() is not threading.main_thread():
             return
         connector = trainer._signal_connector
+        distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
 
         def on_sigint(signum: int, frame: Any) -> None:
-            if self.interrupted == "SIGINT" or not hasattr(connector, "received_sigterm"):
+            if self.interrupted == "SIGINT" or self._pending_signal or not hasattr(connector, "received_sigterm"):
                 raise KeyboardInterrupt
-            self.interrupted = "SIGINT"
-            connector.received_sigterm = True
+            if distributed:
+                self._pending_signal = signal.SIGINT
+            else:
+                self.interrupted = "SIGINT"
+                connector.received_sigterm = True
             print("SIGINT: stopping after this batch (press Ctrl+C again to abort at once)", flush=True)
 
         signal.signal(signal.SIGINT, on_sigint)
+        if distributed:
+
+            def on_sigterm(signum: int, frame: Any) -> None:
+                self._pending_signal = signal.SIGTERM
+
+            self._pending_signal = 0
+            signal.signal(signal.SIGTERM, on_sigterm)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """DDP: agree on a pending signal (SIGTERM wins over SIGINT); every rank then stops after this batch."""
+        if self._pending_signal is None:
+            return
+        flag = torch.tensor([int(self._pending_signal)], device=trainer.strategy.root_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        agreed = int(flag.item())
+        if agreed:
+            self.interrupted = "SIGINT" if agreed == signal.SIGINT else "SIGTERM"
+            if trainer.is_global_zero:
+                print(f"{self.interrupted}: every process stops after this batch", flush=True)
+            trainer._signal_connector.received_sigterm = True  # Lightning raises SIGTERMException on every rank
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

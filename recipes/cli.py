@@ -24,6 +24,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
@@ -309,5 +310,6 @@ def main(args: list[str] | None = None) -> None:
     except SIGTERMException as stop:  # Lightning raises it without a code, which would exit 0
         code = stop.code if isinstance(stop.code, int) and stop.code else 128 + 15
         name = "SIGINT" if code == 128 + 2 else "SIGTERM"
-        print(f"recipes: stopped by {name} (run marked KILLED, last.ckpt saved)", file=sys.stderr)
+        if rank_zero_only.rank == 0:  # under DDP every process stops; one says so
+            print(f"recipes: stopped by {name} (run marked KILLED, last.ckpt saved)", file=sys.stderr)
         raise SystemExit(code) from None

@@ -292,6 +292,8 @@ class LoopDoctor(Callback):
         self._batch_start: float | None = None
         self._pending_wait: float | None = None
         self._batches_in_epoch = 0
+        self._fetch_seconds: float | None = None  # under DDP: time inside the train loader's fetches (see below)
+        self._fetch_started: float | None = None
         # leakage
         self.leakage_overlap: int | None = None
         self._leakage_pending = False
@@ -341,6 +343,48 @@ class LoopDoctor(Callback):
         self._check_train_mode(trainer, pl_module)  # after the sanity check's validation
         if self.leakage and trainer.is_global_zero:
             self._check_leakage(trainer)
+        if self.data_wait and trainer.world_size > 1:
+            self._time_fetches(trainer)
+
+    def _time_fetches(self, trainer: pl.Trainer) -> None:
+        """Under DDP, time the train loader's fetches themselves instead of the whole gap between batches.
+
+        Before every batch Lightning's DDP loop broadcasts a stop flag from rank 0 (``_broadcast_sigterm_tensor``),
+        which waits for the slowest rank; in the gap between batches that wait would read as data wait. The epoch
+        loop brackets each fetch with its profiler hooks (``_on_before_fetch``/``_on_after_fetch``); timing those
+        measures the loader alone. Without those hooks (another Lightning version) the gap is measured as on one
+        device.
+        """
+        loop = trainer.fit_loop.epoch_loop
+        before = getattr(loop, "_on_before_fetch", None)
+        after = getattr(loop, "_on_after_fetch", None)
+        if not (callable(before) and callable(after)):
+            return
+
+        def timed_before() -> None:
+            self._fetch_started = time.perf_counter()
+            before()
+
+        def timed_after() -> None:
+            after()
+            if self._fetch_started is not None and self._fetch_seconds is not None:
+                self._fetch_seconds += time.perf_counter() - self._fetch_started
+            self._fetch_started = None
+
+        loop._on_before_fetch = timed_before  # instance attributes: read by the loop at every epoch start
+        loop._on_after_fetch = timed_after
+        self._fetch_seconds = 0.0
+
+    def _untime_fetches(self, trainer: pl.Trainer) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        for name in ("_on_before_fetch", "_on_after_fetch"):
+            if name in vars(loop):
+                delattr(loop, name)
+        self._fetch_seconds = None
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._untime_fetches(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         checks = sorted({f.check for f in self.findings}, key=CHECKS.index)
@@ -580,7 +624,8 @@ class LoopDoctor(Callback):
         now = time.perf_counter()
         self._pending_wait = None
         if self._last_batch_end is not None and self._batches_in_epoch >= self.data_wait_skip_batches:
-            self._pending_wait = now - self._last_batch_end
+            # one device: the whole gap since the last batch; DDP: the fetches in it (``_time_fetches``)
+            self._pending_wait = now - self._last_batch_end if self._fetch_seconds is None else self._fetch_seconds
         self._batch = batch
         self._batch_idx = batch_idx
         self._loss = None
@@ -600,6 +645,8 @@ class LoopDoctor(Callback):
         self._batches_in_epoch += 1
         if self.mode_check:
             self._train_modes = modules_in_train_mode(pl_module)  # a validation may follow this batch
+        if self._fetch_seconds is not None:
+            self._fetch_seconds = 0.0
         self._last_batch_end = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -8,13 +8,18 @@ from typing import Any, Sequence
 
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import BasePredictionWriter
+from torch import Tensor
 
 from recipes.tracking import find_mlflow_logger
 
 
 class PredictionCsvWriter(BasePredictionWriter):
     """Write the module's ``predict_step`` outputs to ``path`` as CSV (``output`` or ``output_0..k`` columns).
+
+    Under DDP every rank predicts its own share of the samples: rank 0 gathers them all and writes one row per
+    sample in the order of the data set (by the sample indices Lightning records).
 
     Args:
         path: CSV file to write; an existing file is never overwritten (a numbered name is used instead).
@@ -32,10 +37,13 @@ class PredictionCsvWriter(BasePredictionWriter):
         predictions: Sequence[Any],
         batch_indices: Sequence[Any] | None,
     ) -> None:
-        if not trainer.is_global_zero:
-            return
         batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
-        outputs = torch.cat([torch.as_tensor(b).detach().cpu().reshape(len(b), -1) for b in batches])
+        rows = [torch.as_tensor(b).detach().cpu().reshape(len(b), -1) for b in batches]
+        outputs = torch.cat(rows) if rows else None
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            outputs = gather_in_sample_order(outputs, batch_indices)  # a collective: every rank takes part
+        if not trainer.is_global_zero or outputs is None:
+            return
         target = self.path
         n = 1
         while target.exists():
@@ -52,3 +60,32 @@ class PredictionCsvWriter(BasePredictionWriter):
         logger = find_mlflow_logger(trainer.loggers)
         if logger is not None:
             logger.experiment.log_artifact(logger.run_id, str(target), "predictions")
+
+
+def gather_in_sample_order(outputs: Tensor | None, batch_indices: Sequence[Any] | None) -> Tensor | None:
+    """The prediction rows of all ranks, one per sample index, sorted by index (every rank gets the result).
+
+    Args:
+        outputs: This rank's rows, in the order of its batches (``None`` when it predicted nothing).
+        batch_indices: The sample indices of this rank's batches as Lightning passes them to a prediction writer
+            (one list of batches per dataloader, or one list of batches).
+    """
+    batches = batch_indices[0] if batch_indices and batch_indices[0] and isinstance(batch_indices[0][0], list) else (
+        batch_indices or []
+    )
+    indices = [int(i) for batch in batches for i in batch]
+    count = 0 if outputs is None else len(outputs)
+    if len(indices) != count:
+        raise RuntimeError(
+            f"PredictionCsvWriter: this rank has {count} prediction rows but {len(indices)} sample indices, so the "
+            "rows of the ranks cannot be put in order; predict on one device (leave out configs/trainer/ddp.yaml)"
+        )
+    shares: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, (indices, outputs))
+    by_index: dict[int, Tensor] = {}
+    for share_indices, share_outputs in shares:
+        for position, index in enumerate(share_indices):
+            by_index.setdefault(index, share_outputs[position])  # a sampler that pads repeats some samples
+    if not by_index:
+        return None
+    return torch.stack([by_index[i] for i in sorted(by_index)])

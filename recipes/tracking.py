@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from recipes.checkpoint_upload import CheckpointUploader
 
@@ -99,6 +100,10 @@ class RecipeLogger(MLFlowLogger):
     ``mlflow.db`` in the working directory with artifacts under ``./mlruns``). Checkpoints are logged as run
     artifacts under fixed names, ``checkpoints/best.ckpt`` and ``checkpoints/last.ckpt``.
 
+    Under DDP only global rank 0 talks to MLflow (one run): ``experiment`` is Lightning's ``rank_zero_experiment``
+    (a no-op object on other ranks, where ``run_id`` stays ``None`` unless given), and the methods below that write
+    to the run are ``rank_zero_only``.
+
     Args:
         experiment_name: MLflow experiment; default: the recipe's file stem.
         run_name: MLflow run name; default: ``<experiment>-<UTC time>`` (MLflow's own random names repeat between
@@ -149,13 +154,14 @@ class RecipeLogger(MLFlowLogger):
             self._log_batch_kwargs = kwargs
 
     def add_tags(self, tags: dict[str, Any]) -> None:
-        """Tags for the run: set at creation if it does not exist yet, else written to it now."""
-        if self._initialized:
+        """Tags for the run: set at creation if it does not exist yet, else written to it now (rank 0)."""
+        if self._initialized and rank_zero_only.rank == 0:
             for key, value in tags.items():
                 self.experiment.set_tag(self.run_id, key, str(value))
         else:
             self.tags = {**(self.tags or {}), **{k: str(v) for k, v in tags.items()}}
 
+    @rank_zero_only
     def reopen(self) -> None:
         """Mark a continued run (``run_id`` given) as RUNNING again (it may have ended FINISHED, FAILED or KILLED,
         or still read RUNNING after a hard kill) and write the tags that only a new run would get at creation."""
@@ -170,6 +176,7 @@ class RecipeLogger(MLFlowLogger):
         if self._log_model == "all":
             self.upload_checkpoints(checkpoint_callback)
 
+    @rank_zero_only
     def finalize(self, status: str = "success") -> None:
         if self._initialized and self._log_model:
             for callback in self._checkpoint_callbacks.values():
@@ -180,6 +187,7 @@ class RecipeLogger(MLFlowLogger):
             status = "KILLED"  # MLflow's RunStatus for a run stopped from outside (SIGTERM, Ctrl+C)
         super().finalize(status)
 
+    @rank_zero_only
     def upload_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
         """Queue a callback's checkpoints for upload as ``checkpoints/best.ckpt`` / ``checkpoints/last.ckpt``.
 

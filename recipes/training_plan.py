@@ -280,10 +280,14 @@ def plan_from_trainer(trainer: pl.Trainer, pl_module: pl.LightningModule) -> tup
         if batch_size is None:
             return None, "the train loader's batch sampler has no batch_size"
     world_size = trainer.world_size
-    if world_size == 1 and hasattr(sampler, "__len__") and not isinstance(sampler, DistributedSampler):
+    if isinstance(sampler, DistributedSampler):
+        # the draws of all ranks together, which each rank takes a ceil(N / world_size) shard of: the split for
+        # Lightning's own DistributedSampler, ``num_samples`` for a ClassBalancedSampler
+        train_samples = int(getattr(sampler, "total_draws", dataset_size))
+    elif world_size == 1 and hasattr(sampler, "__len__"):
         train_samples = len(sampler)  # type: ignore[arg-type]  # a sampler may draw more or fewer samples
     else:
-        train_samples = dataset_size  # DistributedSampler: the whole split, padded over the devices
+        train_samples = dataset_size
     args = dict(
         train_samples=train_samples,
         batch_size=int(batch_size),

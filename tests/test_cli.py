@@ -171,10 +171,11 @@ def test_second_run_with_another_lr_is_a_second_run(workdir):
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 @pytest.mark.parametrize("fragment", [None, *FRAGMENTS], ids=lambda p: p.name if p else "alone")
-def test_every_config_runs_with_fast_dev_run(workdir, recipe, fragment):
+def test_every_config_runs_with_fast_dev_run(workdir, recipe, fragment, monkeypatch):
     if (REPO / "data").is_dir():
         (workdir / "data").symlink_to(REPO / "data")  # recipes name their data relative to the repository root
     args = ["fit", "-c", str(recipe)]
+    ddp = False
     if fragment is not None:
         args += ["-c", str(fragment)]
         text = fragment.read_text()
@@ -182,7 +183,20 @@ def test_every_config_runs_with_fast_dev_run(workdir, recipe, fragment):
             # the fragment is parsed and combined as written; the run itself goes to the CPU: bf16-mixed runs
             # with CPU autocast, and Lightning switches 16-mixed to bf16-mixed there with a warning
             args += ["--trainer.accelerator", "cpu"]
-    main([*args, "--trainer.fast_dev_run", "1"])
+        ddp = "DDPStrategy" in text
+    if ddp:
+        # in-process DDP with one process: the launcher would re-run sys.argv (pytest) once per extra device, so
+        # one device here (tests/test_ddp.py runs 2 processes through `python -m recipes`). The launcher exports
+        # MASTER_ADDR/MASTER_PORT/... to os.environ and the gloo group outlives the run: both are undone below,
+        # or a later DDP subprocess would inherit LOCAL_RANK and believe its processes were created externally.
+        for key in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"):
+            monkeypatch.delenv(key, raising=False)
+        args += ["--trainer.devices", "1"]
+    try:
+        main([*args, "--trainer.fast_dev_run", "1"])
+    finally:
+        if ddp and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     # fast_dev_run swaps loggers for a dummy: nothing is tracked
     assert runs_of(workdir, recipe.stem) == []
 

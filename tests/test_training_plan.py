@@ -220,3 +220,27 @@ def test_a_plan_that_disagrees_with_the_trainer_is_loud(monkeypatch):
     assert any("21 optimizer steps but trainer.estimated_stepping_batches is 14" in m for m in messages)
     assert any("the loop took 14 optimizer steps but the plan said 21" in m for m in messages)
     assert len(plan.mismatches) == 2
+
+
+class BalancedSpiral(SpiralDataModule):
+    """A spiral whose train split is drawn by a ClassBalancedSampler with its own number of draws."""
+
+    def train_sampler(self, dataset):
+        from datamodules.samplers import ClassBalancedSampler
+
+        return ClassBalancedSampler(dataset.tensors[1], num_samples=100, seed=self.seed)
+
+
+def test_plan_counts_the_draws_of_a_class_balanced_sampler():
+    # a ClassBalancedSampler is a DistributedSampler (Lightning keeps it under DDP); its draws, not the split's 210
+    # samples, make the epoch: 100 draws, batch 32 -> 4 batches (3 x 32 + 4); under DDP each rank takes ceil(100 / W)
+    plan = TrainingPlan(print_table=False)
+    data = BalancedSpiral(n_samples=300, batch_size=32)
+    model = ClassificationModule(MLP(2, 3, [16]), 3)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=1, callbacks=[plan])
+    trainer.fit(model, data)
+    figures = plan.figures
+    assert figures is not None and plan.mismatches == []
+    assert (figures.train_samples, figures.batches_per_epoch, figures.last_batch_size) == (100, 4, 4)
+    assert trainer.global_step == 4
