@@ -32,6 +32,7 @@ from recipes.checkpoints import RunCheckpoint, RunContinuity, read_run_stamp, re
 from recipes.confusion_matrix import ConfusionMatrixArtifact
 from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
+from recipes.random_state import RandomStates
 from recipes.run_record import RunRecord
 from recipes.tracking import RecipeLogger, default_tracking_uri
 
@@ -265,6 +266,7 @@ class RecipesCLI(LightningCLI):
         if self.subcommand == "fit":
             callbacks.append(TrainingPlan())  # first, so the plan prints before the epoch lines
             callbacks.append(RunContinuity())
+            callbacks.append(RandomStates())  # a resumed run draws what an uninterrupted one would
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "best", monitor=monitor, mode=mode))
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "last"))
             if cfg.get("trainer", Namespace()).get("logger") not in (False, None):
