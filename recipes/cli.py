@@ -40,10 +40,12 @@ from recipes.checkpoints import (
     resolve_checkpoint,
 )
 from recipes.confusion_matrix import ConfusionMatrixArtifact
+from recipes.plateau_resume import PlateauStepOnResume
 from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
 from recipes.random_state import RandomStates
 from recipes.run_record import RunRecord
+from recipes.sqlite_store import prepare_sqlite_store
 from recipes.tracking import RecipeLogger, default_tracking_uri
 
 DEFAULT_EXPERIMENT = "loopwise"
@@ -226,6 +228,10 @@ class RecipesCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.subcommand_config
         assert cfg is not None
+        logger = cfg.get("trainer", Namespace()).get("logger")
+        if isinstance(logger, Namespace) and logger.get("class_path", "").endswith("RecipeLogger"):
+            # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
+            prepare_sqlite_store(self.tracking_uri(cfg), self.experiment_name(cfg))
         precision = str(cfg.trainer.get("precision"))
         accelerator = str(cfg.trainer.get("accelerator"))
         if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
@@ -307,6 +313,7 @@ class RecipesCLI(LightningCLI):
             callbacks.append(TrainingPlan())  # first, so the plan prints before the epoch lines
             callbacks.append(RunContinuity())
             callbacks.append(RandomStates())  # a resumed run draws what an uninterrupted one would
+            callbacks.append(PlateauStepOnResume())  # the plateau step Lightning skips on resume
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "best", monitor=monitor, mode=mode))
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "last"))
             if cfg.get("trainer", Namespace()).get("logger") not in (False, None):
