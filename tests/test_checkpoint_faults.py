@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -245,27 +244,3 @@ def test_a_checkpoint_of_another_recipe_is_refused(workdir, capsys, spiral_check
         "is TabularDataModule: a checkpoint of another recipe?"
     ) in err, err
     assert not (workdir / "mlflow.db").exists()
-
-
-# --- every checkpoint we write loads weights-only ------------------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["spiral_mlp", "tabular_mlp", "text_transformer"])
-def test_recipe_checkpoints_load_with_weights_only(workdir, recipe):
-    if (REPO / "data").is_dir():
-        (workdir / "data").symlink_to(REPO / "data")
-    main(["fit", "-c", str(CONFIGS / f"{recipe}.yaml"), *TINY, "--trainer.max_epochs", "1"])
-    paths = sorted((workdir / "checkpoints" / recipe).glob("*/*.ckpt"))
-    assert [p.name for p in paths] == ["best.ckpt", "last.ckpt"]
-    for path in paths:
-        ckpt = torch.load(path, weights_only=True)  # raises on anything but tensors and plain values
-        assert {"state_dict", "loops", "optimizer_states", "hyper_parameters", "loopwise"} <= set(ckpt)
-        states = ckpt["callbacks"]["RandomStates"]
-        assert set(states) >= {"torch", "numpy", "python"}
-    if recipe == "text_transformer":  # the data module's vocabulary travels as plain lists
-        assert len(ckpt["TextClassificationDataModule"]["vocabulary"]["itos"]) > 100
-    (run,) = runs_of(workdir, recipe)
-    assert run.info.status == "FINISHED"
-    # and Lightning itself restores them weights-only (torch's default since 2.6): a resumed fit works
-    main(["fit", "-c", str(CONFIGS / f"{recipe}.yaml"), *TINY, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
-    assert torch.load(paths[1], weights_only=True)["epoch"] == 1
-    assert math.isfinite(runs_of(workdir, recipe)[0].data.metrics["val/loss"])

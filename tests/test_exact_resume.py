@@ -106,6 +106,12 @@ def test_resume_at_an_epoch_boundary_equals_the_uninterrupted_run(workdir, monke
 
     a, b = last_of(workdir, recipe, straight.info.run_id), last_of(workdir, recipe, crashed.info.run_id)
     assert a["epoch"] == epochs - 1
+    # everything recipes put in a checkpoint loads weights-only (tensors and plain values): best.ckpt too
+    best = torch.load(workdir / "checkpoints" / recipe / crashed.info.run_id / "best.ckpt", weights_only=True)
+    assert {"state_dict", "loops", "optimizer_states", "hyper_parameters", "loopwise"} <= set(best)
+    assert {"torch", "numpy", "python"} <= set(best["callbacks"]["RandomStates"])
+    if recipe == "text_transformer":  # the data module's vocabulary travels as plain lists
+        assert len(best["TextClassificationDataModule"]["vocabulary"]["itos"]) > 100
     assert_same_training_state(a, b)
     # the random generators went on as in the uninterrupted run, too
     sa, sb = a["callbacks"]["RandomStates"], b["callbacks"]["RandomStates"]
