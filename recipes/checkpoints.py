@@ -293,7 +293,8 @@ def describe_load_error(path: Path, err: BaseException) -> str:
         return "the file is empty (0 bytes): not a checkpoint"
     if "central directory" in text or "zip archive" in text or isinstance(err, EOFError):
         return (
-            f"the file is truncated or corrupt ({size:,} bytes; torch: {text.split('. ')[0][:120] or type(err).__name__})"
+            f"the file is truncated or corrupt ({size:,} bytes; torch: "
+            f"{text.split('. ')[0][:120] or type(err).__name__})"
         )
     return f"not a PyTorch checkpoint file ({size:,} bytes; torch.load failed: {type(err).__name__} {text[:120]})"
 

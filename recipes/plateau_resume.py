@@ -46,7 +46,9 @@ class PlateauStepOnResume(Callback):
         metrics = {
             name: float(value)
             for name, value in trainer.callback_metrics.items()
-            if name in monitors and isinstance(value, (torch.Tensor, float, int)) and torch.as_tensor(value).numel() == 1
+            if name in monitors
+            and isinstance(value, (torch.Tensor, float, int))
+            and torch.as_tensor(value).numel() == 1
         }
         pending = _epoch_end_pending(trainer) and bool(monitors)
         return {"pending": pending, "epoch": int(trainer.current_epoch), "metrics": metrics}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback

@@ -130,7 +130,8 @@ def test_a_nan_batch_stops_with_the_step_and_leaves_the_last_good_checkpoint(wor
     for state in ckpt["optimizer_states"][0]["state"].values():
         assert all(bool(torch.isfinite(v).all()) for v in state.values() if torch.is_tensor(v))
     (run,) = runs_of(workdir, "spiral_mlp")
-    assert run.info.status == "FAILED" and run.data.tags["doctor.non_finite"].startswith("non-finite loss (nan) at global step 7")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["doctor.non_finite"].startswith("non-finite loss (nan) at global step 7")
 
 
 # --- files that are not our checkpoints ----------------------------------------------------------------------------
