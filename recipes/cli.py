@@ -229,6 +229,11 @@ class RecipesCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.subcommand_config
         assert cfg is not None
+        logger = cfg.get("trainer", Namespace()).get("logger")
+        if isinstance(logger, Namespace) and logger.get("class_path", "").endswith("RecipeLogger"):
+            # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
+            # (before the logger is built: MLflow's client opens, and creates, the database then)
+            prepare_sqlite_store(self.tracking_uri(cfg), self.experiment_name(cfg))
         precision = str(cfg.trainer.get("precision"))
         accelerator = str(cfg.trainer.get("accelerator"))
         if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
@@ -250,9 +255,6 @@ class RecipesCLI(LightningCLI):
             # before the trainer (and the MLflow run a resumed fit reopens): the wrong recipe's checkpoint is an input
             # error, not Lightning's long RuntimeError from load_state_dict
             check_state_dict_matches(cfg.ckpt_path, self.checkpoint_shapes, self.model)
-        if any(isinstance(lg, RecipeLogger) for lg in self._loggers()):
-            # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
-            prepare_sqlite_store(self.tracking_uri(cfg), self.experiment_name(cfg))
         self.trainer_defaults["callbacks"] = self.default_callbacks(cfg)
         trainer_cfg = cfg.get("trainer", Namespace())
         if trainer_cfg.get("enable_progress_bar") is None and not sys.stdout.isatty():
@@ -272,13 +274,6 @@ class RecipesCLI(LightningCLI):
                 logger.add_tags(tags)
                 logger.reopen()
         return trainer
-
-    def _loggers(self) -> list[Any]:
-        """The instantiated ``trainer.logger`` value(s), as a list."""
-        logger = self._get(self.config_init, "trainer", default={}).get("logger")
-        if logger in (None, True, False):
-            return []
-        return list(logger) if isinstance(logger, (list, tuple)) else [logger]
 
     def plugins_with_atomic_checkpoints(self) -> list[Any] | None:
         """The trainer's plugins plus ``AtomicCheckpointIO``, unless a ``CheckpointIO`` is configured already (in
