@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, Sampler
+from torch.utils.data import BatchSampler, Dataset, DistributedSampler, RandomSampler, Sampler
 
 
 def _resolve_replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
@@ -63,7 +63,7 @@ class EpochRandomSampler(RandomSampler):
         seed: Seed of the permutation; epoch ``e`` uses ``seed + e``.
     """
 
-    def __init__(self, data_source: Sequence | object, seed: int = 0) -> None:
+    def __init__(self, data_source: Sequence[object] | Dataset, seed: int = 0) -> None:
         super().__init__(data_source)  # type: ignore[arg-type]
         self.seed = seed
         self.epoch = 0
