@@ -9,8 +9,9 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
+from datamodules.samplers import EpochRandomSampler
 from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
 
 SPLITS = ("train", "val", "test")
@@ -234,7 +235,10 @@ class BaseDataModule(LightningDataModule):
             return DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
         sampler = self.train_sampler(dataset) if train else None
         if train and sampler is None:
-            sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(self.seed + epoch))
+            # the permutation of epoch e comes from seed + e (Lightning calls set_epoch), not from a generator's
+            # stream: a run resumed from a checkpoint sees the same shuffles as an uninterrupted one
+            sampler = EpochRandomSampler(dataset, seed=self.seed)
+            sampler.set_epoch(epoch)
         return DataLoader(
             dataset,
             batch_size=self.batch_size,

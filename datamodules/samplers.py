@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.utils.data import BatchSampler, DistributedSampler, Sampler
+from torch.utils.data import BatchSampler, Dataset, DistributedSampler, RandomSampler, Sampler
 
 
 def _resolve_replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
@@ -46,6 +46,39 @@ def _as_int_vector(values: Sequence[int] | Tensor, name: str, owner: str) -> Ten
         pos = int(negative[0])
         raise ValueError(f"{owner}: {name} must be >= 0, got {int(tensor[pos])} at position {pos}")
     return tensor
+
+
+class EpochRandomSampler(RandomSampler):
+    """A ``RandomSampler`` whose permutation of epoch ``e`` is drawn from ``seed + e``; Lightning calls ``set_epoch``.
+
+    The order of an epoch depends only on the seed and the epoch number, not on how many epochs this process has
+    iterated before: a run resumed from a checkpoint sees exactly the shuffles of an uninterrupted run (a plain
+    ``RandomSampler`` with a seeded generator continues that generator's stream, which a resumed process starts
+    afresh). Lightning calls ``set_epoch`` on ``loader.sampler`` and on ``loader.batch_sampler.sampler`` every
+    epoch. Under DDP Lightning replaces it with a shuffling ``DistributedSampler`` (it is a ``RandomSampler``),
+    which is also seeded by epoch.
+
+    Args:
+        data_source: The dataset whose indices are permuted.
+        seed: Seed of the permutation; epoch ``e`` uses ``seed + e``.
+    """
+
+    def __init__(self, data_source: Sequence[object] | Dataset, seed: int = 0) -> None:
+        super().__init__(data_source)  # type: ignore[arg-type]
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the permutation of ``epoch``.
+
+        Args:
+            epoch: The epoch number.
+        """
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()  # type: ignore[arg-type]
 
 
 class ClassBalancedSampler(DistributedSampler):

@@ -6,15 +6,15 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
 from datamodules.base import BaseDataModule
 from datamodules.collate import PadCollate
-from datamodules.samplers import LengthBucketBatchSampler
+from datamodules.samplers import EpochRandomSampler, LengthBucketBatchSampler
 from datamodules.tokenizers import PAD, UNK, Vocabulary, get_tokenizer
 
 CSV_SUFFIXES = (".csv",)
@@ -161,32 +161,6 @@ class TokenSequenceDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, Tensor]:
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])
         return {"input_ids": self.tokens[start:end], "labels": self.labels[index]}
-
-
-class EpochRandomSampler(RandomSampler):
-    """A ``RandomSampler`` whose permutation is drawn from ``seed + epoch``; Lightning calls ``set_epoch``.
-
-    Used inside a batch sampler: Lightning calls ``set_epoch`` on ``batch_sampler.sampler`` every epoch, so the
-    order of every epoch is reproducible (also when resuming) and differs between epochs. Under DDP Lightning
-    replaces it with a shuffling ``DistributedSampler`` (it is a ``RandomSampler``).
-
-    Args:
-        data_source: The dataset whose indices are permuted.
-        seed: Seed of the permutation; epoch ``e`` uses ``seed + e``.
-    """
-
-    def __init__(self, data_source: Sequence[Any] | Dataset, seed: int = 0) -> None:
-        super().__init__(data_source)  # type: ignore[arg-type]
-        self.seed = seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use the permutation of ``epoch``."""
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        yield from torch.randperm(len(self.data_source), generator=generator).tolist()  # type: ignore[arg-type]
 
 
 class TextClassificationDataModule(BaseDataModule):

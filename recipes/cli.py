@@ -29,11 +29,24 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
 from recipes.callbacks import LoopDoctor, TrainingPlan
-from recipes.checkpoints import RunCheckpoint, RunContinuity, read_run_stamp, resolve_checkpoint
+from recipes.checkpoint_io import AtomicCheckpointIO
+from recipes.checkpoints import (
+    CheckpointError,
+    RunCheckpoint,
+    RunContinuity,
+    check_checkpoint,
+    check_checkpoint_recipe,
+    check_state_dict_matches,
+    read_run_stamp,
+    resolve_checkpoint,
+)
 from recipes.confusion_matrix import ConfusionMatrixArtifact
+from recipes.plateau_resume import PlateauStepOnResume
 from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
+from recipes.random_state import RandomStates
 from recipes.run_record import RunRecord
+from recipes.sqlite_store import prepare_sqlite_store
 from recipes.tracking import RecipeLogger, TrackingServerUnreachable, check_tracking_server, default_tracking_uri
 
 DEFAULT_EXPERIMENT = "loopwise"
@@ -41,7 +54,7 @@ DEFAULT_EXPERIMENT = "loopwise"
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
 # evaluation runs restore weights only; the fit-time checkpoint callbacks they lack are irrelevant there
 warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`, callbacks used to create")
-INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, MisconfigurationException)
+INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, MisconfigurationException)  # CheckpointError is a ValueError
 
 
 class RecipeInputError(Exception):
@@ -142,8 +155,16 @@ class RecipesCLI(LightningCLI):
                 cfg["ckpt_path"] = resolve_checkpoint(
                     cfg.ckpt_path, self.experiment_name(cfg), cfg.checkpoints_dir, tracking_uri
                 )
-            except FileNotFoundError as err:
-                parser.error(str(err))
+                # a readable Lightning checkpoint (weights only: an unsafe pickle is refused, never run), before any
+                # run is made; its weights are compared with the model once that is built (instantiate_trainer)
+                ckpt = check_checkpoint(cfg.ckpt_path, self.config.get("subcommand"))
+                data = cfg.get("data")
+                data_class = data.get("class_path") if isinstance(data, Namespace) else None
+                check_checkpoint_recipe(cfg.ckpt_path, ckpt, data_class)
+                self.checkpoint_shapes = {k: v.shape for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}
+                del ckpt
+            except (FileNotFoundError, CheckpointError) as err:
+                raise RecipeInputError(str(err)) from None
             if self.config.get("subcommand") == "fit":
                 self.continue_run(cfg, tracking_uri)
 
@@ -213,6 +234,11 @@ class RecipesCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.subcommand_config
         assert cfg is not None
+        logger = cfg.get("trainer", Namespace()).get("logger")
+        if isinstance(logger, Namespace) and logger.get("class_path", "").endswith("RecipeLogger"):
+            # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
+            # (before the logger is built: MLflow's client opens, and creates, the database then)
+            prepare_sqlite_store(self.tracking_uri(cfg), self.experiment_name(cfg))
         precision = str(cfg.trainer.get("precision"))
         accelerator = str(cfg.trainer.get("accelerator"))
         if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
@@ -230,10 +256,17 @@ class RecipesCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         cfg = self.subcommand_config
         assert cfg is not None
+        if getattr(self, "checkpoint_shapes", None) is not None:
+            # before the trainer (and the MLflow run a resumed fit reopens): the wrong recipe's checkpoint is an input
+            # error, not Lightning's long RuntimeError from load_state_dict
+            check_state_dict_matches(cfg.ckpt_path, self.checkpoint_shapes, self.model)
         self.trainer_defaults["callbacks"] = self.default_callbacks(cfg)
         trainer_cfg = cfg.get("trainer", Namespace())
         if trainer_cfg.get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs.setdefault("enable_progress_bar", False)
+        plugins = self.plugins_with_atomic_checkpoints()
+        if plugins is not None:
+            kwargs.setdefault("plugins", plugins)
         trainer = super().instantiate_trainer(**kwargs)
         for logger in trainer.loggers:
             if isinstance(logger, RecipeLogger):
@@ -246,6 +279,22 @@ class RecipesCLI(LightningCLI):
                 logger.add_tags(tags)
                 logger.reopen()
         return trainer
+
+    def plugins_with_atomic_checkpoints(self) -> list[Any] | None:
+        """The trainer's plugins plus ``AtomicCheckpointIO``, unless a ``CheckpointIO`` is configured already (in
+        ``trainer.plugins`` or on a strategy instance): ``None`` then, and the configured one is used."""
+        from lightning.fabric.plugins import CheckpointIO  # noqa: PLC0415
+        from lightning.pytorch.strategies import Strategy  # noqa: PLC0415
+
+        instantiated = self._get(self.config_init, "trainer", default={})
+        plugins = instantiated.get("plugins")
+        plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        if any(isinstance(p, CheckpointIO) for p in plugins):
+            return None
+        strategy = instantiated.get("strategy")
+        if isinstance(strategy, Strategy) and getattr(strategy, "_checkpoint_io", None) is not None:
+            return None
+        return [*plugins, AtomicCheckpointIO()]
 
     def instantiate_classes(self) -> None:
         try:
@@ -270,6 +319,8 @@ class RecipesCLI(LightningCLI):
         if self.subcommand == "fit":
             callbacks.append(TrainingPlan())  # first, so the plan prints before the epoch lines
             callbacks.append(RunContinuity())
+            callbacks.append(RandomStates())  # a resumed run draws what an uninterrupted one would
+            callbacks.append(PlateauStepOnResume())  # the plateau step Lightning skips on resume
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "best", monitor=monitor, mode=mode))
             callbacks.append(RunCheckpoint(cfg.checkpoints_dir, experiment, "last"))
             if cfg.get("trainer", Namespace()).get("logger") not in (False, None):

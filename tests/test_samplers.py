@@ -285,3 +285,51 @@ def test_length_buckets_name_an_index_that_lengths_does_not_cover():
     sampler = LengthBucketBatchSampler(range(12), 4, False, [5] * 10)
     with pytest.raises(ValueError, match="yielded index 10, but lengths has 10 entries"):
         list(sampler)
+
+
+def test_epoch_random_sampler_depends_on_seed_and_epoch_only():
+    from datamodules.samplers import EpochRandomSampler
+
+    data = list(range(50))
+    sampler = EpochRandomSampler(data, seed=3)
+    epoch0 = list(sampler)
+    assert sorted(epoch0) == data and epoch0 == list(sampler)  # a permutation, the same when iterated again
+    sampler.set_epoch(4)
+    epoch4 = list(sampler)
+    assert epoch4 != epoch0
+    fresh = EpochRandomSampler(data, seed=3)  # a new process resuming at epoch 4
+    fresh.set_epoch(4)
+    assert list(fresh) == epoch4
+    assert list(EpochRandomSampler(data, seed=4)) != epoch0
+
+
+def test_base_train_loader_built_at_a_later_epoch_shuffles_like_one_that_ran_there():
+    """A resumed run builds its train loader at the restored epoch; its order must match the uninterrupted run's."""
+    import torch
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+
+    from datamodules.base import BaseDataModule
+
+    class Tiny(BaseDataModule):
+        def load(self):
+            return torch.arange(40.0).unsqueeze(1), torch.zeros(40, dtype=torch.long)
+
+    class FakeTrainer:
+        current_epoch = 0
+        strategy = type("S", (), {"root_device": torch.device("cpu")})()
+
+    def first_epoch_order(start_epoch: int, epochs: int) -> list[list[float]]:
+        dm = Tiny(batch_size=8, val_fraction=0.0, seed=1)
+        dm.trainer = FakeTrainer()
+        dm.trainer.current_epoch = start_epoch
+        dm.setup()
+        loader = dm.train_dataloader()
+        orders = []
+        for epoch in range(start_epoch, start_epoch + epochs):
+            _set_sampler_epoch(loader, epoch)  # what Lightning's fit loop does every epoch
+            orders.append(torch.cat([x for x, _ in loader]).squeeze(1).tolist())
+        return orders
+
+    straight = first_epoch_order(0, 4)
+    assert len({tuple(o) for o in straight}) == 4  # every epoch reshuffles
+    assert first_epoch_order(2, 2) == straight[2:]  # resumed at epoch 2: the same two epochs

@@ -1,0 +1,101 @@
+"""Checkpoint files that are either the old version or the new one, never a truncated mix.
+
+Lightning 2.6's ``TorchCheckpointIO`` serializes the checkpoint into memory and then writes it through an fsspec
+transaction, which for local paths writes a temporary file in the *system* temp directory (``tempfile.mkstemp()``)
+and moves it over the target with ``shutil.move`` on commit. When the temp directory is on another file system than
+the checkpoint (a tmpfs ``/tmp``, a container volume), that move is a copy followed by a delete: a crash, a kill or
+a full disk during the copy leaves a truncated ``last.ckpt``; a hard kill before the commit leaves the temp file in
+``/tmp``; nothing is fsynced, so a power loss can leave an empty file behind the new name.
+
+``AtomicCheckpointIO`` writes the new checkpoint to a hidden temporary file next to the target (same directory,
+hence same file system), fsyncs it, ``os.replace``s it over the target (atomic on POSIX and Windows) and fsyncs the
+directory. Any failure removes the temporary file and leaves the previous checkpoint as it was. Remote paths
+(``s3://``, ...) go to Lightning's own implementation.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from fsspec.implementations.local import LocalFileSystem
+
+TEMP_SUFFIX = ".tmp"
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    """``torch.save(obj, path)`` that never leaves a partial file at ``path``: temp file in the same directory,
+    fsync, ``os.replace``, fsync of the directory. On any error the temp file is removed and ``path`` is untouched.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp_name, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the mode a plain open would
+        os.replace(temp_name, target)
+    except BaseException:
+        try:
+            os.unlink(temp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_directory(target.parent)
+
+
+_UMASK: int | None = None
+
+
+def _umask() -> int:
+    """The process umask, read once (reading it means setting it)."""
+    global _UMASK  # noqa: PLW0603
+    if _UMASK is None:
+        _UMASK = os.umask(0o022)
+        os.umask(_UMASK)
+    return _UMASK
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Persist the rename (POSIX); a no-op where directories cannot be opened (Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``TorchCheckpointIO`` whose local writes are atomic: temp file in the checkpoint's directory, fsync,
+    ``os.replace``. A crash while saving leaves the previous checkpoint intact and no temp file behind (a hard kill
+    can leave a hidden ``.<name>.*.tmp`` next to it, never a truncated checkpoint).
+
+    Recipes use it by default (``recipes.cli.RecipesCLI``), for every strategy; a ``CheckpointIO`` given in
+    ``trainer.plugins`` or to the strategy replaces it. With a plain ``lightning.Trainer``:
+    ``Trainer(plugins=[AtomicCheckpointIO()])``.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+        if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        local = str(path)
+        if local.startswith("file://"):
+            local = local[len("file://") :]
+        atomic_torch_save(checkpoint, local)
+
+
+__all__ = ["AtomicCheckpointIO", "atomic_torch_save"]
