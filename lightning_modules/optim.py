@@ -191,7 +191,8 @@ class Plateau(Schedule):
 
     Args:
         monitor: Metric to watch; default: the task's monitored metric (e.g. ``val/loss``).
-        mode: "min" or "max"; default: the task's mode for its monitored metric.
+        mode: "min" or "max"; default: the task's mode when ``monitor`` is the task's metric, else from the name
+            of ``monitor`` ("min" for losses and errors, "max" for scores).
         factor: Multiply the LR by this when the metric stalls.
         patience: Epochs without improvement before the LR is lowered.
         threshold: Minimum relative change that counts as an improvement.

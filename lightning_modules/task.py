@@ -186,7 +186,11 @@ class Task(LightningModule):
         total_steps = None
         if self.schedule.needs_total_steps:
             total_steps = total_optimizer_steps(self.trainer.estimated_stepping_batches, self.schedule)
-        scheduler = self.schedule.build(optimizer, total_steps, self.monitor, self.monitor_mode)
+        # a schedule watching its own metric (Plateau(monitor="val/loss") in a task that monitors val/auroc) gets that
+        # metric's direction, not the task's
+        watched = getattr(self.schedule, "monitor", None) or self.monitor
+        mode = self.monitor_mode if watched == self.monitor else self.mode_for(watched)
+        scheduler = self.schedule.build(optimizer, total_steps, watched, mode)
         if scheduler is None:
             return optimizer
         if scheduler.get("interval") == "epoch" and "monitor" in scheduler:

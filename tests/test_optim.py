@@ -332,6 +332,21 @@ def test_plateau_defaults_to_the_task_monitor_and_mode():
     assert config.scheduler.mode == "min"
 
 
+def test_plateau_on_its_own_metric_takes_that_metrics_direction():
+    # the task monitors val/acc (max); a Plateau watching val/loss must reduce when the loss stops falling
+    module = make_module(Plateau(monitor="val/loss", factor=0.5, patience=0))
+    assert module.monitor_mode == "max"
+    trainer = make_trainer(max_steps=1, limit_val_batches=1.0)
+    trainer.fit(module, train_dataloaders=make_loader(1), val_dataloaders=make_loader(1))
+    config = only_scheduler(trainer)
+    assert (config.monitor, config.scheduler.mode) == ("val/loss", "min")
+    # an explicit mode still wins
+    module = make_module(Plateau(monitor="val/loss", mode="max"))
+    trainer = make_trainer(max_steps=1, limit_val_batches=1.0)
+    trainer.fit(module, train_dataloaders=make_loader(1), val_dataloaders=make_loader(1))
+    assert only_scheduler(trainer).scheduler.mode == "max"
+
+
 @pytest.mark.parametrize(
     ("script", "expected_factors"),
     [
