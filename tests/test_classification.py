@@ -215,3 +215,23 @@ def test_compiled_and_plain_checkpoints_load_into_each_other(tmp_path):
     recompiled.eval(), plain.eval()
     with torch.no_grad():
         assert torch.allclose(recompiled(x), plain(x), atol=1e-5)
+
+
+def test_channels_last_formats_weights_and_image_batches_with_the_same_outputs():
+    from lightning_modules.models import ConvNet
+
+    torch.manual_seed(0)
+    plain = ClassificationModule(ConvNet(1, 10, widths=[4, 8]), num_classes=10)
+    fast = ClassificationModule(ConvNet(1, 10, widths=[4, 8]), num_classes=10, channels_last=True)
+    fast.model.load_state_dict(plain.model.state_dict())
+    fast.setup("fit")
+    conv = fast.model.stages[0][0].conv1.weight  # (4, 4, 3, 3): the stem's single input channel is both formats
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    x, y = torch.randn(6, 1, 8, 8), torch.arange(6)
+    bx, by = fast.on_after_batch_transfer((x, y), 0)
+    assert bx.is_contiguous(memory_format=torch.channels_last) and torch.equal(bx, x) and by is y
+    assert plain.on_after_batch_transfer((x, y), 0)[0] is x  # off: the batch is untouched
+    plain.eval(), fast.eval()
+    with torch.no_grad():
+        assert torch.allclose(plain(x), fast(bx), atol=1e-5)
+    assert fast.hparams["channels_last"] is True
