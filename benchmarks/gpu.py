@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
           f"epochs of {size['n_samples']:,} samples (batch {size['batch']}, ConvNet widths {size['widths']})")
     rates: dict[str, dict[str, list[float]]] = {s: {"raw": [], "recipe": []} for s in settings}
     with tempfile.TemporaryDirectory() as tmp:
-        run_recipe(settings[0], sizes(True), args.device, Path(tmp) / "warmup")  # imports, MLflow schema, kernels
+        if not small:  # imports, MLflow schema, kernels
+            run_recipe(settings[0], sizes(True), args.device, Path(tmp) / "warmup")
         for rep in range(repeats):
             for setting in settings:
                 for loop in ("raw", "recipe"):

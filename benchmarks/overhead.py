@@ -13,6 +13,8 @@ Variants, each a fresh model from the same seed on the same data, optimizer (Ada
            checkpoints and validation, as a user runs it
   nodoctor the recipe with the loop doctor's per-step checks off (non_finite, grad_norm, data_wait, mode): what
            the doctor costs
+  nomlflow the recipe with ``--trainer.logger false`` (no MLflow, no LR monitor): what tracking costs
+           (not run by default: ``--variants limit seeds recipe nomlflow``)
 
 Models: the spiral MLP 2-128-128-3 (batch 64, the spiral recipe) and an MLP 784-512-512-10 on generated data
 (``SyntheticDataModule``, batch 256). Only the training batches of epochs 2..N are timed (not start-up, validation
@@ -225,8 +227,9 @@ def measure(names: list[str], repeats: int, epochs: int, quick: bool, root: Path
             variants: list[str]) -> dict[str, dict[str, list[float]]]:
     works = workloads(quick)
     results: dict[str, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in names}
-    for name in names:  # warm-up: imports, MLflow schema, kernels; sets the recipe's global flags for every loop
-        run_recipe(works[name], 2, root / f"warmup-{name}")
+    if not quick:  # warm-up: imports, MLflow schema, kernels; sets the recipe's global flags for every loop
+        for name in names:
+            run_recipe(works[name], 2, root / f"warmup-{name}")
     for rep in range(repeats):
         for name in names:
             work = works[name]
@@ -236,7 +239,7 @@ def measure(names: list[str], repeats: int, epochs: int, quick: bool, root: Path
                 elif variant == "seeds":
                     epochs_run = run_seeds(work, epochs)
                 else:
-                    extra = NO_DOCTOR if variant == "nodoctor" else None
+                    extra = {"nodoctor": NO_DOCTOR, "nomlflow": ["--trainer.logger", "false"]}.get(variant)
                     epochs_run = run_recipe(work, epochs, root / f"{name}-{variant}-{rep}", extra)
                 rate, steps, seconds = throughput(epochs_run, skip=1)
                 results[name][variant].append(rate)
@@ -265,10 +268,12 @@ def report(results: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
             print(f"{name}: recipe / {base} = {ratio:.3f} ({verdict} the >= {target} target)")
             rows.append({"model": name, "ratio": f"recipe / {base}", "value": ratio, "target": target,
                          "met": ratio >= target})
-        if "nodoctor" in by_variant and "recipe" in by_variant:
-            ratio = recipe / median(by_variant["nodoctor"])
-            print(f"{name}: recipe / recipe without the doctor's per-step checks = {ratio:.3f} (the doctor's cost)")
-            rows.append({"model": name, "ratio": "recipe / nodoctor", "value": ratio, "target": None, "met": None})
+        for other, what in (("nodoctor", "without the doctor's per-step checks"), ("nomlflow", "without MLflow")):
+            if other in by_variant and "recipe" in by_variant:
+                ratio = recipe / median(by_variant[other])
+                print(f"{name}: recipe / recipe {what} = {ratio:.3f}")
+                rows.append({"model": name, "ratio": f"recipe / {other}", "value": ratio, "target": None,
+                             "met": None})
     return rows
 
 
@@ -290,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", choices=["spiral", "mlp784"], default=["spiral", "mlp784"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (the first is not timed)")
-    parser.add_argument("--no-doctor-variant", action="store_true", help="skip the recipe-without-doctor variant")
+    parser.add_argument("--variants", nargs="+", choices=["limit", "seeds", "recipe", "nodoctor", "nomlflow"],
+                        default=["limit", "seeds", "recipe", "nodoctor"])
     parser.add_argument("--quick", action="store_true", help="1 repetition, 3 epochs, 2,000 samples for the MLP")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one recipe run per model")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
@@ -299,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     set_threads(args.threads)
     repeats = 1 if args.quick else args.repeats
     epochs = args.epochs or (3 if args.quick else 6)
-    variants = ["limit", "seeds", "recipe"] + ([] if args.no_doctor_variant else ["nodoctor"])
+    variants = args.variants
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     print(f"overhead: {machine()}")
     print(f"  {repeats} repetition(s) x {epochs} epochs (epochs 2..{epochs} timed), variants {', '.join(variants)}")
