@@ -172,7 +172,10 @@ class Task(LightningModule):
         return self.model(*args, **kwargs)
 
     def run_model(self, inputs: Any) -> Tensor:
-        """Call the network on tensor inputs or on a dict of named inputs."""
+        """Call the network on tensor inputs or on a dict of named inputs (channels-last images when asked)."""
+        if self.channels_last:
+            # here rather than in on_after_batch_transfer, which a data module's own hook would silently replace
+            inputs = to_channels_last(inputs)
         if isinstance(inputs, Mapping):
             return self.model(**inputs)
         return self.model(inputs)
@@ -185,11 +188,6 @@ class Task(LightningModule):
             self.model.to(memory_format=torch.channels_last)  # 4-D parameters only; Lightning's .to keeps it
         if self.compile_network and getattr(self.model, "_compiled_call_impl", None) is None:
             self.model.compile()
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        if self.channels_last:
-            batch = to_channels_last(batch)
-        return batch
 
     def _shared_step(self, batch: Any, stage: str) -> StepOutput:
         out = self.forward_batch(batch)

@@ -220,6 +220,7 @@ def test_compiled_and_plain_checkpoints_load_into_each_other(tmp_path):
 
 def test_channels_last_formats_weights_and_image_batches_with_the_same_outputs():
     from lightning_modules.models import ConvNet
+    from lightning_modules.task import to_channels_last
 
     torch.manual_seed(0)
     plain = ClassificationModule(ConvNet(1, 10, widths=[4, 8]), num_classes=10)
@@ -228,11 +229,14 @@ def test_channels_last_formats_weights_and_image_batches_with_the_same_outputs()
     fast.setup("fit")
     conv = fast.model.stages[0][0].conv1.weight  # (4, 4, 3, 3): the stem's single input channel is both formats
     assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
-    x, y = torch.randn(6, 1, 8, 8), torch.arange(6)
-    bx, by = fast.on_after_batch_transfer((x, y), 0)
-    assert bx.is_contiguous(memory_format=torch.channels_last) and torch.equal(bx, x) and by is y
-    assert plain.on_after_batch_transfer((x, y), 0)[0] is x  # off: the batch is untouched
+    x = torch.randn(6, 1, 8, 8)
+    seen = []
+    fast.model.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
     plain.eval(), fast.eval()
     with torch.no_grad():
-        assert torch.allclose(plain(x), fast(bx), atol=1e-5)
+        assert torch.allclose(plain.run_model(x), fast.run_model(x), atol=1e-5)
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and torch.equal(seen[0], x)
+    batch = to_channels_last({"images": x, "ids": torch.arange(6), "pair": (x, x.flatten(1))})
+    assert batch["images"].is_contiguous(memory_format=torch.channels_last)
+    assert batch["ids"].is_contiguous() and batch["pair"][1].is_contiguous()
     assert fast.hparams["channels_last"] is True
