@@ -36,13 +36,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine() -> str:
-    """One line: CPU model, cores, torch version and threads, accelerator."""
+def machine(threads: bool = True) -> str:
+    """One line: CPU model, cores, torch version (and this process's torch threads), accelerator."""
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    count = f" ({torch.get_num_threads()} threads)" if threads else ""
     return (
-        f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}{count}, "
         f"{device}, Python {platform.python_version()}"
     )
 

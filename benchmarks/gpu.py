@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     for setting in settings:
         ratio = med[setting]["recipe"] / med[setting]["raw"]
         verdict = "meets" if ratio >= RATIO_TARGET else "MISSES"
+        if args.device == "cpu":
+            verdict = "CPU smoke run: no verdict on"
         print(f"{setting:>7}: raw {med[setting]['raw']:9.0f} images/s, recipe {med[setting]['recipe']:9.0f} images/s, "
               f"recipe / raw = {ratio:.3f} ({verdict} the >= {RATIO_TARGET} target)")
         rows.append({"setting": setting, "ratio": ratio, "met": ratio >= RATIO_TARGET})
