@@ -208,11 +208,9 @@ class ClassificationModule(Task):
             confusion.reset()
 
     def on_validation_epoch_end(self) -> None:
-        super().on_validation_epoch_end()
         self._finish_confusion("val")
 
     def on_test_epoch_end(self) -> None:
-        super().on_test_epoch_end()
         self._finish_confusion("test")
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:

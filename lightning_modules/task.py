@@ -125,7 +125,7 @@ class Task(LightningModule):
         self.monitor = monitor or self.default_monitor
         self.monitor_mode = monitor_mode or self.mode_for(self.monitor)
         self.compile_network = compile
-        self._metric_updates: dict[str, bool] = {}
+        self._metrics_logged: dict[str, bool] = {}  # per stage: the metrics were logged this epoch
         self.channels_last = channels_last
         metrics = self.build_metrics()
         self.train_metrics = metrics.clone(prefix="train/")
@@ -203,31 +203,22 @@ class Task(LightningModule):
             batch_size=out.batch_size,
             sync_dist=not on_step,
         )
-        # the metric objects accumulate here and are computed and logged once per epoch (log_epoch_metrics), not
-        # handed to self.log every step: Lightning moves a logged Metric's whole state to the device on every log
-        # call, which cost several times the compute of a small network's step
-        self._metric_updates[stage] = True
+        if not self._metrics_logged.get(stage):
+            # The metric objects are updated every step but handed to self.log once per epoch: Lightning keeps the
+            # reference, computes and resets them at the epoch's end as usual, and skips its per-call bookkeeping
+            # (moving the logged Metric's whole state to the device), which cost more than a small network's step.
+            self._metrics_logged[stage] = True
+            self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
 
-    def log_epoch_metrics(self, stage: str) -> None:
-        """Compute, log (``<stage>/<metric>``, epoch level) and reset the stage's metrics, if it had batches."""
-        if not self._metric_updates.get(stage):
-            return
-        self._metric_updates[stage] = False
-        metrics: MetricCollection = getattr(self, f"{stage}_metrics")
-        values = metrics.compute()  # synchronized across processes by torchmetrics
-        metrics.reset()
-        # sync_dist: the values are equal on every rank already; it keeps Lightning's distributed warning away
-        self.log_dict(values, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=1, sync_dist=True)
+    def on_train_epoch_start(self) -> None:
+        self._metrics_logged["train"] = False
 
-    def on_train_epoch_end(self) -> None:
-        self.log_epoch_metrics("train")
+    def on_validation_epoch_start(self) -> None:
+        self._metrics_logged["val"] = False
 
-    def on_validation_epoch_end(self) -> None:
-        self.log_epoch_metrics("val")
-
-    def on_test_epoch_end(self) -> None:
-        self.log_epoch_metrics("test")
+    def on_test_epoch_start(self) -> None:
+        self._metrics_logged["test"] = False
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self._shared_step(batch, "train").loss
