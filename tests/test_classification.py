@@ -240,3 +240,25 @@ def test_channels_last_formats_weights_and_image_batches_with_the_same_outputs()
     assert batch["images"].is_contiguous(memory_format=torch.channels_last)
     assert batch["ids"].is_contiguous() and batch["pair"][1].is_contiguous()
     assert fast.hparams["channels_last"] is True
+
+
+def test_metrics_are_logged_once_per_epoch_and_reach_callbacks_at_epoch_end():
+    """The metric objects go to self.log once per epoch (Lightning's per-call cost), yet the epoch values are there
+    for every callback's on_train_epoch_end, as when they were logged every step."""
+    seen = []
+
+    class Spy(L.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            seen.append({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))})
+
+    L.seed_everything(0)
+    dm = SpiralDataModule(n_samples=300, batch_size=32)
+    module = ClassificationModule(MLP(2, 3, [32]), num_classes=3, optimizer=lambda p: torch.optim.AdamW(p, lr=0.05))
+    calls = []
+    original = module.log_dict
+    module.log_dict = lambda *a, **k: (calls.append(a[0]), original(*a, **k))[1]
+    trainer = quiet_trainer(max_epochs=2, callbacks=[Spy()], num_sanity_val_steps=0)
+    trainer.fit(module, dm)
+    assert len(calls) == 4  # train and val, once per epoch each (7 train and 2 val batches per epoch)
+    assert len(seen) == 2 and all({"train/acc", "train/f1", "val/acc", "val/f1", "val/auroc"} <= set(s) for s in seen)
+    assert seen[0]["train/acc"] != seen[1]["train/acc"]  # computed per epoch, reset in between
