@@ -225,8 +225,12 @@ def run_recipe(work: Workload, epochs: int, workdir: Path, extra: list[str] | No
 
 def measure(names: list[str], repeats: int, epochs: int, quick: bool, root: Path,
             variants: list[str]) -> dict[str, dict[str, list[float]]]:
+    import torch
+
     works = workloads(quick)
     results: dict[str, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in names}
+    # both recipes set deterministic: true, which Lightning applies process-wide; every loop runs under it
+    torch.use_deterministic_algorithms(True)
     if not quick:  # warm-up: imports, MLflow schema, kernels; sets the recipe's global flags for every loop
         for name in names:
             run_recipe(works[name], 2, root / f"warmup-{name}")
