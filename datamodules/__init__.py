@@ -5,6 +5,7 @@ from datamodules.char_lm import CharLMDataModule
 from datamodules.digits import DigitsDataModule
 from datamodules.image_folder import ImageFolderDataModule
 from datamodules.spiral import SpiralDataModule
+from datamodules.synthetic import SyntheticDataModule
 from datamodules.tabular import TabularDataModule
 from datamodules.text_classification import TextClassificationDataModule
 
@@ -14,6 +15,7 @@ __all__ = [
     "DigitsDataModule",
     "ImageFolderDataModule",
     "SpiralDataModule",
+    "SyntheticDataModule",
     "TabularDataModule",
     "TextClassificationDataModule",
 ]

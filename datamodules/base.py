@@ -83,6 +83,10 @@ class BaseDataModule(LightningDataModule):
         drop_last: Drop the last incomplete train batch (never applied to val/test).
         pin_memory: Pin host memory for faster host-to-GPU copies; default: on when training on CUDA.
         stratify: Split each class on its own so every split keeps the class ratios (classification data).
+        device_resident: For small in-memory data on a GPU: copy each split's tensors to the training device once
+            and index every batch there (no per-batch host-to-device copy; Lightning's batch transfer becomes a
+            no-op). The loader then runs in the main process without pinning (``num_workers`` and ``pin_memory``
+            are ignored). The batches are the same as without it; on CPU it changes nothing.
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class BaseDataModule(LightningDataModule):
         drop_last: bool = False,
         pin_memory: bool | None = None,
         stratify: bool = True,
+        device_resident: bool = False,
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -115,7 +120,9 @@ class BaseDataModule(LightningDataModule):
         self.drop_last = drop_last
         self.pin_memory = pin_memory
         self.stratify = stratify
+        self.device_resident = device_resident
         self.datasets: dict[str, Dataset] = {}
+        self._resident: dict[tuple[int, str], BatchedTensorDataset] = {}
         self.class_counts: list[int] | None = None
 
     # --- what subclasses provide ----------------------------------------------------------------------------
@@ -217,18 +224,40 @@ class BaseDataModule(LightningDataModule):
         trainer = self.trainer
         return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
+    def training_device(self) -> torch.device:
+        """The device the attached trainer trains on (CPU without a trainer)."""
+        trainer = self.trainer
+        return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+
+    def on_device(self, dataset: Dataset) -> Dataset:
+        """``dataset`` with its tensors on the training device (copied once per split and device), for
+        ``device_resident``; any other dataset is returned as it is."""
+        if not isinstance(dataset, BatchedTensorDataset):
+            return dataset
+        device = self.training_device()
+        if all(t.device == device for t in dataset.tensors):
+            return dataset
+        key = (id(dataset), str(device))
+        if key not in self._resident:
+            self._resident[key] = BatchedTensorDataset(*(t.to(device) for t in dataset.tensors))
+        return self._resident[key]
+
     def make_loader(self, dataset: Dataset, train: bool) -> DataLoader:
         """The one place loaders are built: seeded shuffling for train, batch fetching, pinning, workers."""
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        resident = self.device_resident and isinstance(dataset, BatchedTensorDataset)
+        if resident:
+            dataset = self.on_device(dataset)
+        num_workers = 0 if resident else self.num_workers
         kwargs: dict[str, Any] = {
-            "num_workers": self.num_workers,
-            "pin_memory": self.uses_cuda() if self.pin_memory is None else self.pin_memory,
+            "num_workers": num_workers,
+            "pin_memory": False if resident else self.uses_cuda() if self.pin_memory is None else self.pin_memory,
             "collate_fn": self.collate_fn(dataset),
             # seeds the workers only; shuffling has its own generator below, so the order of every epoch is the
             # same with 0 or N (persistent) workers
             "generator": torch.Generator().manual_seed(self.seed + epoch + WORKER_SEED_OFFSET),
         }
-        if self.num_workers > 0:
+        if num_workers > 0:
             kwargs.update(persistent_workers=True, worker_init_fn=seed_worker)
         batch_sampler = self.batch_sampler(dataset, train)
         if batch_sampler is not None:

@@ -44,6 +44,7 @@ class DigitsDataModule(BaseDataModule):
         num_workers: DataLoader worker processes (0 is fastest for in-memory data).
         drop_last: Drop the last incomplete train batch.
         pin_memory: Pin host memory; default: on when training on CUDA.
+        device_resident: Keep the tensors on the training device and index batches there (see ``BaseDataModule``).
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class DigitsDataModule(BaseDataModule):
         num_workers: int = 0,
         drop_last: bool = False,
         pin_memory: bool | None = None,
+        device_resident: bool = False,
     ) -> None:
         super().__init__(
             batch_size=batch_size,
@@ -65,6 +67,7 @@ class DigitsDataModule(BaseDataModule):
             num_workers=num_workers,
             drop_last=drop_last,
             pin_memory=pin_memory,
+            device_resident=device_resident,
         )
         self.save_hyperparameters(logger=False)
         self.flatten = flatten

@@ -43,6 +43,7 @@ class SpiralDataModule(BaseDataModule):
         num_workers: DataLoader worker processes (0 is fastest for in-memory data).
         drop_last: Drop the last incomplete train batch.
         pin_memory: Pin host memory; default: on when training on CUDA.
+        device_resident: Keep the tensors on the training device and index batches there (see ``BaseDataModule``).
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class SpiralDataModule(BaseDataModule):
         num_workers: int = 0,
         drop_last: bool = False,
         pin_memory: bool | None = None,
+        device_resident: bool = False,
     ) -> None:
         if n_classes < 2:
             raise ValueError(f"SpiralDataModule: n_classes must be >= 2, got {n_classes}")
@@ -73,6 +75,7 @@ class SpiralDataModule(BaseDataModule):
             num_workers=num_workers,
             drop_last=drop_last,
             pin_memory=pin_memory,
+            device_resident=device_resident,
         )
         self.save_hyperparameters(logger=False)
         self.n_samples = n_samples

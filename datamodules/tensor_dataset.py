@@ -36,7 +36,8 @@ class BatchedTensorDataset(Dataset):
         return tuple(t[index] for t in self.tensors)
 
     def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, ...]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
+        # indices go to the tensors' device first: a GPU-resident dataset then gathers the batch on the GPU
+        idx = torch.as_tensor(indices, dtype=torch.long).to(self.tensors[0].device, non_blocking=True)
         return tuple(t[idx] for t in self.tensors)
 
 

@@ -8,6 +8,7 @@ optimizer and ``trainer.estimated_stepping_batches``, which already accounts for
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Literal
 
@@ -49,6 +50,43 @@ def param_groups(model: nn.Module) -> list[dict[str, Any]]:
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0, "name": "no_decay"})
     return groups
+
+
+def fused_if_cuda(optimizer: Optimizer, device_type: str | None = None) -> Optimizer:
+    """The same optimizer rebuilt with ``fused=True`` when that is possible and was not chosen against.
+
+    Applies when every parameter is a floating-point tensor on ``device_type`` (default: the parameters' device,
+    and only ``cuda``), the optimizer class takes a ``fused`` argument (Adam, AdamW, SGD, ...), and its ``fused``
+    and ``foreach`` are unset (``None``). The rebuilt optimizer has the same class, parameter groups and
+    arguments; it has no state yet (this runs before the first step). Anything else returns ``optimizer``.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not params:
+        return optimizer
+    device = params[0].device.type
+    if device_type is None and device != "cuda":
+        return optimizer
+    if device_type is not None and device != device_type:
+        return optimizer
+    if any(p.device.type != device or not p.is_floating_point() for p in params):
+        return optimizer
+    defaults = optimizer.defaults
+    if "fused" not in defaults or defaults.get("fused") is not None or defaults.get("foreach") is not None:
+        return optimizer
+    if optimizer.state or getattr(optimizer, "_opt_called", False):
+        return optimizer
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    if "fused" not in accepted:
+        return optimizer
+    kwargs = {k: v for k, v in defaults.items() if k in accepted and k != "params"}
+    kwargs["fused"] = True
+    kwargs.pop("foreach", None)
+    groups = [{k: v for k, v in group.items() if k not in defaults or v != defaults[k] or k == "params"}
+              for group in optimizer.param_groups]
+    try:
+        return type(optimizer)(groups, **kwargs)
+    except (RuntimeError, ValueError, TypeError):  # e.g. a device or dtype the fused kernels do not support
+        return optimizer
 
 
 def warmup_cosine_factor(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:

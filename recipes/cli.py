@@ -16,7 +16,7 @@ import sys
 import warnings
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from jsonargparse import Namespace
@@ -121,6 +121,13 @@ class RecipesCLI(LightningCLI):
             type=int | None,
             default=None,
             help="Stop training when the task's monitored metric has not improved for this many validations.",
+        )
+        parser.add_argument(
+            "--float32_matmul_precision",
+            type=Literal["highest", "high", "medium"] | None,
+            default=None,
+            help="torch.set_float32_matmul_precision for runs on CUDA ('high': TF32 tensor cores for float32 "
+            "matmuls; set by configs/trainer/gpu-*.yaml). Ignored on CPU.",
         )
         parser.add_argument(
             "--checkpoints_dir",
@@ -246,6 +253,13 @@ class RecipesCLI(LightningCLI):
                 f"trainer.accelerator={accelerator!r} (e.g. from configs/trainer/gpu-*.yaml) but torch sees no CUDA "
                 "device: leave that -c out, use -c configs/trainer/cpu.yaml, or pass --trainer.accelerator cpu"
             )
+        if cfg.trainer.get("fast_dev_run") and cfg.trainer.get("logger") not in (False, None):
+            # Lightning swaps every logger for a dummy under fast_dev_run; not building the MLflow logger saves
+            # importing mlflow and opening (or creating) the tracking store, a large share of a smoke run's start-up
+            cfg.trainer.logger = False
+        matmul_precision = cfg.get("float32_matmul_precision")
+        if matmul_precision and accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+            torch.set_float32_matmul_precision(matmul_precision)
         if precision.startswith("bf16") and accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
             if not torch.cuda.is_bf16_supported():
                 raise RecipeInputError(

@@ -150,12 +150,12 @@ def sample_hashes(dataset: Dataset) -> Iterator[bytes]:
 
 
 # --- module modes ------------------------------------------------------------------------------------------
-def modules_in_train_mode(pl_module: pl.LightningModule) -> set[str]:
-    """Names of the modules of ``pl_module`` in train mode ("" is the LightningModule itself).
+def mode_modules(pl_module: pl.LightningModule) -> list[tuple[str, torch.nn.Module]]:
+    """(name, module) of every module of ``pl_module`` whose mode matters ("" is the LightningModule itself).
 
-    torchmetrics metrics are left out: their mode changes nothing.
+    torchmetrics metrics and everything inside them are left out: their mode changes nothing.
     """
-    names: set[str] = set()
+    out: list[tuple[str, torch.nn.Module]] = []
     metric_prefixes: list[str] = []
     for name, module in pl_module.named_modules():
         if any(name.startswith(prefix) for prefix in metric_prefixes):
@@ -163,9 +163,21 @@ def modules_in_train_mode(pl_module: pl.LightningModule) -> set[str]:
         if isinstance(module, (Metric, MetricCollection)):
             metric_prefixes.append(f"{name}.")
             continue
-        if module.training:
-            names.add(name)
-    return names
+        out.append((name, module))
+    return out
+
+
+def modules_in_train_mode(
+    pl_module: pl.LightningModule, modules: list[tuple[str, torch.nn.Module]] | None = None
+) -> set[str]:
+    """Names of the modules of ``pl_module`` in train mode ("" is the LightningModule itself).
+
+    torchmetrics metrics are left out: their mode changes nothing. ``modules`` is a list from ``mode_modules``
+    made earlier (the walk over the module tree is most of the cost; reading the modes is cheap).
+    """
+    if modules is None:
+        modules = mode_modules(pl_module)
+    return {name for name, module in modules if module.training}
 
 
 def _show_names(names: set[str], pl_module: pl.LightningModule, limit: int = 6) -> str:
@@ -301,6 +313,7 @@ class LoopDoctor(Callback):
         self._plateau_monitors: list[tuple[str, str]] = []
         self._validated_this_epoch = False
         # mode
+        self._mode_modules: list[tuple[str, torch.nn.Module]] | None = None  # walked once per fit, read per batch
         self._train_modes: set[str] | None = None  # modules in train mode just before the latest validation
         self._resume_check_pending = False
 
@@ -335,7 +348,13 @@ class LoopDoctor(Callback):
         if stage == "fit":
             self._reset()
 
+    def _modes(self, pl_module: pl.LightningModule) -> set[str]:
+        if self._mode_modules is None:
+            self._mode_modules = mode_modules(pl_module)
+        return modules_in_train_mode(pl_module, self._mode_modules)
+
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mode_modules = mode_modules(pl_module)
         if self.schedule_check:
             self._check_schedules(trainer, pl_module)
 
@@ -547,7 +566,7 @@ class LoopDoctor(Callback):
     def _check_eval_mode(self, trainer: pl.Trainer, pl_module: pl.LightningModule, where: str) -> None:
         if not self.mode_check or self.reported("mode"):
             return
-        training = modules_in_train_mode(pl_module)
+        training = self._modes(pl_module)
         if training:
             self._report(
                 trainer,
@@ -580,7 +599,7 @@ class LoopDoctor(Callback):
 
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.mode_check:
-            self._train_modes = modules_in_train_mode(pl_module)
+            self._train_modes = self._modes(pl_module)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -599,7 +618,7 @@ class LoopDoctor(Callback):
         self._resume_check_pending = False
         if not self.mode_check or self.reported("mode"):
             return
-        missing = self._train_modes - modules_in_train_mode(pl_module)
+        missing = self._train_modes - self._modes(pl_module)
         if missing:
             self._report(
                 trainer,
@@ -644,7 +663,7 @@ class LoopDoctor(Callback):
         self._batch = None
         self._batches_in_epoch += 1
         if self.mode_check:
-            self._train_modes = modules_in_train_mode(pl_module)  # a validation may follow this batch
+            self._train_modes = self._modes(pl_module)  # a validation may follow this batch
         if self._fetch_seconds is not None:
             self._fetch_seconds = 0.0
         self._last_batch_end = time.perf_counter()

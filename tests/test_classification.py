@@ -114,7 +114,8 @@ def test_plain_trainer_learns_the_spiral_and_checkpoint_round_trips(tmp_path):
     path = tmp_path / "plain.ckpt"
     trainer.save_checkpoint(path)
     # a module built in Python keeps plain hyperparameters; the network is passed again when loading
-    assert set(module.hparams) == {"num_classes", "task", "label_smoothing", "class_weights", "monitor", "monitor_mode", "compile"}
+    assert set(module.hparams) == {"num_classes", "task", "label_smoothing", "class_weights", "monitor", "monitor_mode", "compile",
+                                   "channels_last"}
     loaded = ClassificationModule.load_from_checkpoint(path, model=MLP(2, 3, [32, 32]))
     x = dm.datasets["val"].tensors[0]
     module.eval(), loaded.eval()
@@ -215,3 +216,49 @@ def test_compiled_and_plain_checkpoints_load_into_each_other(tmp_path):
     recompiled.eval(), plain.eval()
     with torch.no_grad():
         assert torch.allclose(recompiled(x), plain(x), atol=1e-5)
+
+
+def test_channels_last_formats_weights_and_image_batches_with_the_same_outputs():
+    from lightning_modules.models import ConvNet
+    from lightning_modules.task import to_channels_last
+
+    torch.manual_seed(0)
+    plain = ClassificationModule(ConvNet(1, 10, widths=[4, 8]), num_classes=10)
+    fast = ClassificationModule(ConvNet(1, 10, widths=[4, 8]), num_classes=10, channels_last=True)
+    fast.model.load_state_dict(plain.model.state_dict())
+    fast.setup("fit")
+    conv = fast.model.stages[0][0].conv1.weight  # (4, 4, 3, 3): the stem's single input channel is both formats
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    x = torch.randn(6, 1, 8, 8)
+    seen = []
+    fast.model.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    plain.eval(), fast.eval()
+    with torch.no_grad():
+        assert torch.allclose(plain.run_model(x), fast.run_model(x), atol=1e-5)
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and torch.equal(seen[0], x)
+    batch = to_channels_last({"images": x, "ids": torch.arange(6), "pair": (x, x.flatten(1))})
+    assert batch["images"].is_contiguous(memory_format=torch.channels_last)
+    assert batch["ids"].is_contiguous() and batch["pair"][1].is_contiguous()
+    assert fast.hparams["channels_last"] is True
+
+
+def test_metrics_are_logged_once_per_epoch_and_reach_callbacks_at_epoch_end():
+    """The metric objects go to self.log once per epoch (Lightning's per-call cost), yet the epoch values are there
+    for every callback's on_train_epoch_end, as when they were logged every step."""
+    seen = []
+
+    class Spy(L.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            seen.append({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))})
+
+    L.seed_everything(0)
+    dm = SpiralDataModule(n_samples=300, batch_size=32)
+    module = ClassificationModule(MLP(2, 3, [32]), num_classes=3, optimizer=lambda p: torch.optim.AdamW(p, lr=0.05))
+    calls = []
+    original = module.log_dict
+    module.log_dict = lambda *a, **k: (calls.append(a[0]), original(*a, **k))[1]
+    trainer = quiet_trainer(max_epochs=2, callbacks=[Spy()], num_sanity_val_steps=0)
+    trainer.fit(module, dm)
+    assert len(calls) == 4  # train and val, once per epoch each (7 train and 2 val batches per epoch)
+    assert len(seen) == 2 and all({"train/acc", "train/f1", "val/acc", "val/f1", "val/auroc"} <= set(s) for s in seen)
+    assert seen[0]["train/acc"] != seen[1]["train/acc"]  # computed per epoch, reset in between

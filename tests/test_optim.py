@@ -584,3 +584,37 @@ def test_warmup_not_shorter_than_the_run_fails_at_configure_time(schedule, warmu
         trainer.fit(module, train_dataloaders=make_loader(5))
     assert recorder.step_indices == []
     assert trainer.global_step == 0
+
+
+def test_fused_if_cuda_leaves_cpu_optimizers_alone_and_rebuilds_faithfully():
+    import torch
+
+    from lightning_modules.models import MLP
+    from lightning_modules.optim import fused_if_cuda, param_groups
+
+    torch.manual_seed(0)
+    net = MLP(4, 3)
+    opt = torch.optim.AdamW(param_groups(net), lr=0.01, weight_decay=0.1)
+    assert fused_if_cuda(opt) is opt  # CPU parameters: automatic choice only on CUDA
+    fused = fused_if_cuda(opt, device_type="cpu")  # torch has fused Adam/AdamW kernels for CPU too
+    assert type(fused) is torch.optim.AdamW and fused.defaults["fused"] is True
+    assert [(g["name"], g["weight_decay"], g["lr"]) for g in fused.param_groups] == [
+        ("decay", 0.1, 0.01),
+        ("no_decay", 0.0, 0.01),
+    ]
+    twin = MLP(4, 3)
+    twin.load_state_dict(net.state_dict())
+    plain = torch.optim.AdamW(param_groups(twin), lr=0.01, weight_decay=0.1)
+    x = torch.randn(8, 4)
+    for model, optimizer in ((net, fused), (twin, plain)):
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+    for a, b in zip(net.parameters(), twin.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    # an explicit choice is kept
+    assert fused_if_cuda(torch.optim.AdamW(net.parameters(), fused=False), "cpu").defaults["fused"] is False
+    assert fused_if_cuda(torch.optim.AdamW(net.parameters(), foreach=True), "cpu").defaults["fused"] is None
+    rms = torch.optim.RMSprop(net.parameters())
+    assert fused_if_cuda(rms, "cpu") is rms  # no fused kernel

@@ -1,0 +1,334 @@
+"""What the recipe's loop costs: the compute limit, the seeds' hand-written loop and the `recipes` path, side by side.
+
+    python benchmarks/overhead.py                   # both models, 3 interleaved repetitions
+    python benchmarks/overhead.py --quick           # a short smoke run (noisy numbers)
+    python benchmarks/overhead.py --models spiral --repeats 5 --profile
+
+Variants, each a fresh model from the same seed on the same data, optimizer (AdamW, two parameter groups), schedule
+(linear warmup + cosine, stepped per optimizer step) and gradient clipping (norm 1.0):
+
+  limit    a plain loop over batches sliced once before training (the compute limit)
+  seeds    the seeds' loop: DataLoader(TensorDataset, shuffle=True), zero_grad, forward, loss, backward, clip, step
+  recipe   ``recipes fit`` in this process (``recipes.cli.main``) with MLflow logging on, the plan, the loop doctor,
+           checkpoints and validation, as a user runs it
+  nodoctor the recipe with the loop doctor's per-step checks off (non_finite, grad_norm, data_wait, mode): what
+           the doctor costs
+  nomlflow the recipe with ``--trainer.logger false`` (no MLflow, no LR monitor): what tracking costs
+           (not run by default: ``--variants limit seeds recipe nomlflow``)
+
+Models: the spiral MLP 2-128-128-3 (batch 64, the spiral recipe) and an MLP 784-512-512-10 on generated data
+(``SyntheticDataModule``, batch 256). Only the training batches of epochs 2..N are timed (not start-up, validation
+or checkpoints): samples per second, medians over interleaved repetitions (limit, seeds, recipe, nodoctor, limit,
+...), printed with ratios. Targets: recipe >= 0.8x the limit on the spiral and >= 0.95x on the 784 MLP; recipe >=
+1.0x the seeds' loop on both. ``--profile`` adds a cProfile of one recipe run's training steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from _common import (REPO, LoopTimer, clock, in_directory, machine, median, quiet, set_clock, set_threads,
+                     synchronize, throughput)
+
+TARGETS = {"spiral": {"limit": 0.8, "seeds": 1.0}, "mlp784": {"limit": 0.95, "seeds": 1.0}}
+
+
+@dataclass
+class Workload:
+    """A model + data + optimizer setting, described once for the three loops."""
+
+    name: str
+    config: str  # YAML of the recipe
+    in_features: int
+    hidden: list[int]
+    classes: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    warmup_fraction: float
+    min_lr_ratio: float
+    make_data: Callable[[], Any]  # -> a data module (set up by the loops)
+
+
+def spiral_data() -> Any:
+    from datamodules import SpiralDataModule
+
+    return SpiralDataModule(n_samples=2000, n_classes=3, noise=0.2, batch_size=64, val_fraction=0.2,
+                            test_fraction=0.1, seed=0)
+
+
+def synthetic_data(n_samples: int) -> Callable[[], Any]:
+    def make() -> Any:
+        from datamodules import SyntheticDataModule
+
+        return SyntheticDataModule(n_samples=n_samples, in_features=784, n_classes=10, batch_size=256,
+                                   val_fraction=0.1, seed=0)
+
+    return make
+
+
+MLP784_YAML = """\
+seed_everything: 0
+trainer:
+  max_epochs: 5
+  gradient_clip_val: 1.0
+  log_every_n_steps: 10
+  deterministic: true
+model:
+  class_path: lightning_modules.ClassificationModule
+  init_args:
+    num_classes: 10
+    model:
+      class_path: lightning_modules.models.MLP
+      init_args: {in_features: 784, out_features: 10, hidden_sizes: [512, 512]}
+    optimizer:
+      class_path: torch.optim.AdamW
+      init_args: {lr: 0.001, weight_decay: 0.01}
+    schedule:
+      class_path: lightning_modules.optim.WarmupCosine
+      init_args: {warmup_fraction: 0.05, min_lr_ratio: 0.01}
+data:
+  class_path: datamodules.SyntheticDataModule
+  init_args: {n_samples: N_SAMPLES, in_features: 784, n_classes: 10, batch_size: 256, val_fraction: 0.1, seed: 0}
+"""
+
+
+def workloads(quick: bool) -> dict[str, Workload]:
+    n = 2_000 if quick else 10_000
+    return {
+        "spiral": Workload("spiral", str(REPO / "configs" / "spiral_mlp.yaml"), 2, [128, 128], 3, 64, 0.01, 0.01,
+                           0.05, 0.01, spiral_data),
+        "mlp784": Workload("mlp784", MLP784_YAML.replace("N_SAMPLES", str(n)), 784, [512, 512], 10, 256, 1e-3,
+                           0.01, 0.05, 0.01, synthetic_data(n)),
+    }
+
+
+# --- the two hand-written loops ------------------------------------------------------------------------------
+def build(work: Workload, steps_per_epoch: int, epochs: int) -> tuple[Any, Any, Any]:
+    """(model, optimizer, scheduler) as the recipe builds them: same init seed, groups, schedule formula."""
+    import torch
+
+    from lightning_modules.models import MLP
+    from lightning_modules.optim import WarmupCosine, param_groups
+
+    torch.manual_seed(0)
+    model = MLP(work.in_features, work.classes, work.hidden)
+    optimizer = torch.optim.AdamW(param_groups(model), lr=work.lr, weight_decay=work.weight_decay)
+    schedule = WarmupCosine(warmup_fraction=work.warmup_fraction, min_lr_ratio=work.min_lr_ratio)
+    scheduler = schedule.build(optimizer, steps_per_epoch * epochs, "val/loss", "min")["scheduler"]
+    return model, optimizer, scheduler
+
+
+def train_tensors(work: Workload) -> tuple[Any, Any]:
+    dm = work.make_data()
+    dm.setup("fit")
+    return dm.datasets["train"].tensors
+
+
+def run_limit(work: Workload, epochs: int) -> list[tuple[int, float, int, int]]:
+    """The compute limit: batches sliced once up front (one fixed order), then the six operations per step."""
+    import torch
+    import torch.nn.functional as F
+
+    x, y = train_tensors(work)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    batches = [(x[order[i:i + work.batch_size]], y[order[i:i + work.batch_size]])
+               for i in range(0, len(x), work.batch_size)]
+    model, optimizer, scheduler = build(work, len(batches), epochs)
+    model.train()
+    out = []
+    for epoch in range(epochs):
+        synchronize()
+        start = clock()
+        for xb, yb in batches:
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+        synchronize()
+        out.append((epoch, clock() - start, len(x), len(batches)))
+    return out
+
+
+def run_seeds(work: Workload, epochs: int,
+              after_epoch: Callable[[int], None] | None = None) -> list[tuple[int, float, int, int]]:
+    """The seeds' loop: a shuffling DataLoader over a TensorDataset (per-sample __getitem__ + collate)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x, y = train_tensors(work)
+    loader = DataLoader(TensorDataset(x, y), batch_size=work.batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(0))
+    model, optimizer, scheduler = build(work, len(loader), epochs)
+    model.train()
+    out = []
+    for epoch in range(epochs):
+        synchronize()
+        start = clock()
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            outputs = model(xb)
+            loss = F.cross_entropy(outputs, yb)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            optimizer.step()
+            scheduler.step()
+        synchronize()
+        out.append((epoch, clock() - start, len(x), len(loader)))
+        if after_epoch is not None:
+            after_epoch(epoch)
+    return out
+
+
+# --- the recipe -------------------------------------------------------------------------------------------------
+NO_DOCTOR = ["--loop_doctor.non_finite", "false", "--loop_doctor.grad_norm", "false",
+             "--loop_doctor.data_wait", "false", "--loop_doctor.mode_check", "false"]
+
+
+def run_recipe(work: Workload, epochs: int, workdir: Path, extra: list[str] | None = None,
+               profile: cProfile.Profile | None = None) -> list[tuple[int, float, int, int]]:
+    """``recipes fit`` in this process, in ``workdir`` (its own mlflow.db), timed by ``LoopTimer``."""
+    from recipes.cli import main
+
+    if "\n" in work.config:  # YAML text: written into the run's directory
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = workdir / f"{work.name}.yaml"
+        config.write_text(work.config)
+    else:
+        config = Path(work.config)
+    args = ["fit", "-c", str(config), "--trainer.max_epochs", str(epochs),
+            "--trainer.callbacks+=_common.LoopTimer", *(extra or [])]
+    LoopTimer.reset()
+    with in_directory(workdir), quiet():
+        if profile is not None:
+            profile.enable()
+        try:
+            main(args)
+        finally:
+            if profile is not None:
+                profile.disable()
+    return list(LoopTimer.epochs)
+
+
+def measure(names: list[str], repeats: int, epochs: int, quick: bool, root: Path,
+            variants: list[str]) -> dict[str, dict[str, list[float]]]:
+    import torch
+
+    works = workloads(quick)
+    results: dict[str, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in names}
+    # both recipes set deterministic: true, which Lightning applies process-wide; every loop runs under it
+    torch.use_deterministic_algorithms(True)
+    if not quick:  # warm-up: imports, MLflow schema, kernels; sets the recipe's global flags for every loop
+        for name in names:
+            run_recipe(works[name], 2, root / f"warmup-{name}")
+    for rep in range(repeats):
+        for name in names:
+            work = works[name]
+            for variant in variants:
+                if variant == "limit":
+                    epochs_run = run_limit(work, epochs)
+                elif variant == "seeds":
+                    epochs_run = run_seeds(work, epochs)
+                else:
+                    extra = {"nodoctor": NO_DOCTOR, "nomlflow": ["--trainer.logger", "false"]}.get(variant)
+                    epochs_run = run_recipe(work, epochs, root / f"{name}-{variant}-{rep}", extra)
+                rate, steps, seconds = throughput(epochs_run, skip=1)
+                results[name][variant].append(rate)
+                print(f"  rep {rep + 1}/{repeats} {name:>6} {variant:>8}: {rate:10.0f} samples/s "
+                      f"({steps} steps in {seconds:.2f} s)", flush=True)
+    return results
+
+
+def report(results: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
+    rows = []
+    print()
+    print(f"{'model':>6}  {'variant':>8}  {'samples/s (median)':>18}  runs")
+    for name, by_variant in results.items():
+        for variant, rates in by_variant.items():
+            runs = ", ".join(f"{r:.0f}" for r in rates)
+            print(f"{name:>6}  {variant:>8}  {median(rates):18.0f}  {runs}")
+    print()
+    for name, by_variant in results.items():
+        recipe = median(by_variant.get("recipe", []))
+        for base in ("limit", "seeds"):
+            if base not in by_variant or "recipe" not in by_variant:
+                continue
+            ratio = recipe / median(by_variant[base])
+            target = TARGETS[name][base]
+            verdict = "meets" if ratio >= target else "MISSES"
+            print(f"{name}: recipe / {base} = {ratio:.3f} ({verdict} the >= {target} target)")
+            rows.append({"model": name, "ratio": f"recipe / {base}", "value": ratio, "target": target,
+                         "met": ratio >= target})
+        for other, what in (("nodoctor", "without the doctor's per-step checks"), ("nomlflow", "without MLflow")):
+            if other in by_variant and "recipe" in by_variant:
+                ratio = recipe / median(by_variant[other])
+                print(f"{name}: recipe / recipe {what} = {ratio:.3f}")
+                rows.append({"model": name, "ratio": f"recipe / {other}", "value": ratio, "target": None,
+                             "met": None})
+    return rows
+
+
+def profile_recipe(name: str, epochs: int, quick: bool, root: Path, top: int) -> str:
+    """cProfile of one recipe run; the functions with the most cumulative time inside the training batches."""
+    profiler = cProfile.Profile()
+    run_recipe(workloads(quick)[name], epochs, root / f"profile-{name}", profile=profiler)
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("cumulative").print_stats("run_training_batch|advance|_call_callback_hooks|optimizer_step|"
+                                               "training_step|log|backward|on_train_batch|on_before|on_after|"
+                                               "clip|item|isfinite|get_total_norm|modules_in_train_mode|__next__|"
+                                               "update|_shared_step|forward", top)
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", choices=["spiral", "mlp784"], default=["spiral", "mlp784"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per run (the first is not timed)")
+    parser.add_argument("--variants", nargs="+", choices=["limit", "seeds", "recipe", "nodoctor", "nomlflow"],
+                        default=["limit", "seeds", "recipe", "nodoctor"])
+    parser.add_argument("--quick", action="store_true", help="1 repetition, 3 epochs, 2,000 samples for the MLP")
+    parser.add_argument("--profile", action="store_true", help="also print a cProfile of one recipe run per model")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="wall time (default), or this process's CPU time for a busy shared machine (with "
+                             "--threads 1; blind to waiting for disk, so it undercounts MLflow's writes)")
+    parser.add_argument("--json", type=Path, help="write the ratios to this JSON file")
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    set_clock(args.clock)
+    repeats = 1 if args.quick else args.repeats
+    epochs = args.epochs or (3 if args.quick else 6)
+    variants = args.variants
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    print(f"overhead: {machine()}, {args.clock} clock")
+    print(f"  {repeats} repetition(s) x {epochs} epochs (epochs 2..{epochs} timed), variants {', '.join(variants)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        results = measure(args.models, repeats, epochs, args.quick, Path(tmp), variants)
+        rows = report(results)
+        if args.profile:
+            for name in args.models:
+                print(f"\n--- cProfile of the {name} recipe ({epochs} epochs, cumulative seconds) ---")
+                print(profile_recipe(name, epochs, args.quick, Path(tmp), 40))
+    if args.json:
+        args.json.write_text(json.dumps({"benchmark": "overhead", "rows": rows,
+                                         "samples_per_s": {n: {v: median(r) for v, r in by.items()}
+                                                           for n, by in results.items()}}, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

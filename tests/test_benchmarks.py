@@ -1,0 +1,138 @@
+"""The benchmark scripts run and print their ratios (tiny settings; no timing is asserted), and start-up stays lean."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch, workdir):
+    """Import a benchmark script by name (the scripts import ``_common`` from their own folder)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+
+    def load(name: str):
+        path = BENCHMARKS / name
+        loader = importlib.machinery.SourceFileLoader(name.replace(".py", ""), str(path))
+        spec = importlib.util.spec_from_loader(loader.name, loader)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, loader.name, module)  # dataclasses look their module up while defined
+        loader.exec_module(module)
+        return module
+
+    return load
+
+
+def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
+    overhead = bench("overhead.py")
+    out_json = tmp_path / "overhead.json"
+    overhead.main(["--quick", "--models", "spiral", "--epochs", "2", "--variants", "limit", "seeds", "recipe",
+                   "--json", str(out_json)])
+    out = capsys.readouterr().out
+    assert "spiral: recipe / limit = " in out and "spiral: recipe / seeds = " in out
+    data = json.loads(out_json.read_text())
+    assert {r["ratio"] for r in data["rows"]} == {"recipe / limit", "recipe / seeds"}
+    rates = data["samples_per_s"]["spiral"]
+    assert set(rates) == {"limit", "seeds", "recipe"} and all(r > 0 for r in rates.values())
+
+
+def test_the_three_loops_train_the_same_thing(bench):
+    """limit and seeds build the recipe's model, optimizer groups and schedule (same LR curve, same total steps)."""
+    overhead = bench("overhead.py")
+    work = overhead.workloads(True)["spiral"]
+    model, optimizer, scheduler = overhead.build(work, steps_per_epoch=22, epochs=3)
+    assert [g["name"] for g in optimizer.param_groups] == ["decay", "no_decay"]
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.01, 0.0]
+    assert sum(p.numel() for p in model.parameters()) == 2 * 128 + 128 + 128 * 128 + 128 + 128 * 3 + 3
+    lrs = []
+    for _ in range(66):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[0] == 0.0 and max(lrs) == pytest.approx(0.01) and lrs[-1] < 0.001
+
+
+def test_data_loading_quick_prints_ratios(bench, capsys):
+    bench("data_loading.py").main(["--quick"])
+    out = capsys.readouterr().out
+    assert out.count("batched / per-sample = ") == 2
+
+
+def test_gpu_cpu_smoke_prints_ratio_and_skips_the_bf16_target(bench, capsys, tmp_path):
+    gpu = bench("gpu.py")
+    out_json = tmp_path / "gpu.json"
+    assert gpu.main(["--device", "cpu", "--steps", "small", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "fp32: raw" in out and "recipe / raw = " in out
+    assert "bf16 / fp32 target not checked on CPU" in out
+    data = json.loads(out_json.read_text())
+    assert data["device"] == "cpu" and [r["setting"] for r in data["rows"]] == ["fp32"]
+
+
+def test_gpu_without_cuda_says_it_is_skipped(bench, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert bench("gpu.py").main([]) == 0
+    assert "gpu: skipped" in capsys.readouterr().out
+
+
+def test_run_all_renders_rows_and_verdicts(bench):
+    run_all = bench("run_all")
+    rows = run_all.rows_for("overhead", {
+        "rows": [{"model": "spiral", "ratio": "recipe / limit", "value": 0.5, "target": 0.8, "met": False}],
+        "samples_per_s": {"spiral": {"limit": 1000.0, "recipe": 500.0}}}, "")
+    assert rows == ["| overhead, spiral | recipe / limit (samples/s: limit 1,000, recipe 500) | 0.500 | >= 0.8 | "
+                    "**not met** |"]
+    rows = run_all.rows_for("memory", {"epochs": 20, "peak_mb": {"floor": 300, "seeds": 400, "recipe": 500},
+                                       "growth": [{"variant": "recipe", "growth": 0.01, "met": True}]}, "")
+    assert rows[1] == "| memory | RSS growth of the recipe, epoch 2 to epoch 20 | +1.0% | <= 5% | met |"
+    rows = run_all.rows_for("logging_overhead", {}, "throughput with MLflow / without: 0.970 (meets ...)")
+    assert rows == ["| logging_overhead | spiral recipe with MLflow / without a logger (whole fit) | 0.970 | >= 0.95 | "
+                    "met |"]
+    assert "skipped" in run_all.rows_for("gpu", {"skipped": "no CUDA device"}, "")[0]
+    assert "failed" in run_all.rows_for("startup", {"error": "exit code 1"}, "")[0]
+    text = (BENCHMARKS / "README.md").read_text()
+    assert run_all.START in text and run_all.END in text
+
+
+def test_import_recipes_cli_loads_no_heavy_optional_library():
+    """``import recipes.cli`` (every ``recipes`` command) loads nothing heavy that ``import torch, lightning`` does not
+    load already: mlflow, pandas, pyarrow and scikit-learn are imported only where they are used."""
+    code = ("import sys, json; import torch, lightning; before = set(sys.modules); import recipes.cli; "
+            "print(json.dumps(sorted(set(sys.modules) - before)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    added = json.loads(out.stdout.strip().splitlines()[-1])
+    heavy = ("mlflow", "pandas", "pyarrow", "sklearn", "matplotlib", "PIL", "scipy", "sqlalchemy", "alembic")
+    assert [m for m in added if m.split(".")[0] in heavy] == []
+
+
+@pytest.mark.slow
+def test_fast_dev_run_does_not_load_mlflow(workdir):
+    """Lightning drops the loggers under fast_dev_run; the recipe does not build (and import) the MLflow one."""
+    code = ("import sys; from recipes.cli import main; "
+            f"main(['fit', '-c', {str(REPO / 'configs' / 'spiral_mlp.yaml')!r}, '--trainer.fast_dev_run', '1']); "
+            "print('MLFLOW', 'mlflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert "MLFLOW False" in out.stdout
+    assert not (workdir / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_startup_and_memory_quick_print_their_ratios(tmp_path):
+    for script, expected in (("startup.py", "the fast_dev_run smoke takes"), ("memory.py", "growth")):
+        out = subprocess.run([sys.executable, str(BENCHMARKS / script), "--quick"], cwd=REPO, capture_output=True,
+                             text=True, check=True)
+        assert expected in out.stdout, out.stdout
