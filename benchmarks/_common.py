@@ -165,6 +165,21 @@ class LoopTimer(Callback):
         cls.rss = []
 
 
+class FitTimer(Callback):
+    """Seconds from the first training batch to the end of training, validation, checkpoint writes and logging
+    included, and the optimizer steps taken: ``FitTimer.last = {"start", "seconds", "steps"}`` (class-level, read
+    after an in-process ``recipes fit``)."""
+
+    last: ClassVar[dict[str, float]] = {}
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        FitTimer.last.setdefault("start", time.perf_counter())
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        FitTimer.last["seconds"] = time.perf_counter() - FitTimer.last["start"]
+        FitTimer.last["steps"] = trainer.global_step
+
+
 def rss_bytes() -> int:
     """Current resident set size of this process (Linux /proc/self/statm), 0 where unavailable."""
     try:

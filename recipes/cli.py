@@ -241,6 +241,10 @@ class RecipesCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.subcommand_config
         assert cfg is not None
+        if cfg.trainer.get("fast_dev_run") and cfg.trainer.get("logger") not in (False, None):
+            # Lightning swaps every logger for a dummy under fast_dev_run; not building the MLflow logger saves
+            # importing mlflow and opening (or creating) the tracking store, a large share of a smoke run's start-up
+            cfg.trainer.logger = False
         logger = cfg.get("trainer", Namespace()).get("logger")
         if isinstance(logger, Namespace) and logger.get("class_path", "").endswith("RecipeLogger"):
             # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
@@ -253,10 +257,6 @@ class RecipesCLI(LightningCLI):
                 f"trainer.accelerator={accelerator!r} (e.g. from configs/trainer/gpu-*.yaml) but torch sees no CUDA "
                 "device: leave that -c out, use -c configs/trainer/cpu.yaml, or pass --trainer.accelerator cpu"
             )
-        if cfg.trainer.get("fast_dev_run") and cfg.trainer.get("logger") not in (False, None):
-            # Lightning swaps every logger for a dummy under fast_dev_run; not building the MLflow logger saves
-            # importing mlflow and opening (or creating) the tracking store, a large share of a smoke run's start-up
-            cfg.trainer.logger = False
         matmul_precision = cfg.get("float32_matmul_precision")
         if matmul_precision and accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
             torch.set_float32_matmul_precision(matmul_precision)
