@@ -55,8 +55,10 @@ class EpochRandomSampler(RandomSampler):
     iterated before: a run resumed from a checkpoint sees exactly the shuffles of an uninterrupted run (a plain
     ``RandomSampler`` with a seeded generator continues that generator's stream, which a resumed process starts
     afresh). Lightning calls ``set_epoch`` on ``loader.sampler`` and on ``loader.batch_sampler.sampler`` every
-    epoch. Under DDP Lightning replaces it with a shuffling ``DistributedSampler`` (it is a ``RandomSampler``),
-    which is also seeded by epoch.
+    epoch. In a hand-written loop that never calls ``set_epoch``, every new pass moves to the next epoch by itself,
+    so epochs are still shuffled differently (unlike ``DistributedSampler``, which repeats its order silently).
+    Under DDP Lightning replaces it with a shuffling ``DistributedSampler`` (it is a ``RandomSampler``), which is
+    also seeded by epoch.
 
     Args:
         data_source: The dataset whose indices are permuted.
@@ -67,6 +69,8 @@ class EpochRandomSampler(RandomSampler):
         super().__init__(data_source)  # type: ignore[arg-type]
         self.seed = seed
         self.epoch = 0
+        self._epoch_given = False  # set_epoch was called since the last pass began
+        self._passes = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Use the permutation of ``epoch``.
@@ -75,8 +79,13 @@ class EpochRandomSampler(RandomSampler):
             epoch: The epoch number.
         """
         self.epoch = epoch
+        self._epoch_given = True
 
     def __iter__(self) -> Iterator[int]:
+        if self._passes > 0 and not self._epoch_given:
+            self.epoch += 1  # nobody said which epoch this is: the next one
+        self._epoch_given = False
+        self._passes += 1
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         yield from torch.randperm(len(self.data_source), generator=generator).tolist()  # type: ignore[arg-type]
 

@@ -293,7 +293,14 @@ def test_epoch_random_sampler_depends_on_seed_and_epoch_only():
     data = list(range(50))
     sampler = EpochRandomSampler(data, seed=3)
     epoch0 = list(sampler)
-    assert sorted(epoch0) == data and epoch0 == list(sampler)  # a permutation, the same when iterated again
+    assert sorted(epoch0) == data  # a permutation
+    sampler.set_epoch(0)
+    assert list(sampler) == epoch0  # the same for the same epoch
+    # a hand-written loop that never calls set_epoch still gets a new order each pass: the next epoch's
+    again = list(sampler)
+    assert again != epoch0
+    sampler.set_epoch(1)
+    assert list(sampler) == again
     sampler.set_epoch(4)
     epoch4 = list(sampler)
     assert epoch4 != epoch0

@@ -241,6 +241,7 @@ def test_length_buckets_reduce_padding(tmp_path):
     lengths = bucketed.datasets["train"].lengths
     assert padding_fraction(list(sampler), lengths) == pytest.approx(bucket_padding)
     # every train sample once per epoch; another epoch gives other batches
+    sampler.sampler.set_epoch(0)
     epoch0 = list(sampler)
     assert sorted(i for batch in epoch0 for i in batch) == list(range(480))
     sampler.sampler.set_epoch(1)
