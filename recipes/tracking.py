@@ -18,6 +18,8 @@ from recipes.checkpoint_upload import CheckpointUploader
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
 SERVER_CHECK_TIMEOUT_S = 5
+ASYNC_BUFFER_ENV = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
+ASYNC_BUFFER_SECONDS = 5
 
 
 class TrackingServerUnreachable(ConnectionError):
@@ -135,6 +137,8 @@ class RecipeLogger(MLFlowLogger):
             run_id=run_id,
             synchronous=synchronous,
         )
+        if not synchronous:  # MLflow reads it whenever its worker wakes; a value the user set wins
+            os.environ.setdefault(ASYNC_BUFFER_ENV, str(ASYNC_BUFFER_SECONDS))
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
         self._uploader = CheckpointUploader(self._upload_file)
         self.resumed = run_id is not None

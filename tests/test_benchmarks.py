@@ -132,11 +132,3 @@ def test_fast_dev_run_does_not_load_mlflow(workdir):
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert "MLFLOW False" in out.stdout
     assert not (workdir / "mlflow.db").exists()
-
-
-@pytest.mark.slow
-def test_startup_and_memory_quick_print_their_ratios(tmp_path):
-    for script, expected in (("startup.py", "the fast_dev_run smoke takes"), ("memory.py", "growth")):
-        out = subprocess.run([sys.executable, str(BENCHMARKS / script), "--quick"], cwd=REPO, capture_output=True,
-                             text=True, check=True)
-        assert expected in out.stdout, out.stdout

@@ -3,6 +3,7 @@ background uploader's newest-wins rule, and the tracking-server check."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -156,3 +157,14 @@ def test_short_reason_keeps_the_errno_part() -> None:
     )
     assert short_reason(Exception(text)) == "[Errno 111] Connection refused"
     assert short_reason(Exception("x" * 500)).endswith("...")
+
+
+def test_async_logging_buffers_writes_unless_the_user_chose(workdir: Path, monkeypatch) -> None:
+    from recipes.tracking import ASYNC_BUFFER_ENV
+
+    monkeypatch.delenv(ASYNC_BUFFER_ENV, raising=False)
+    RecipeLogger(experiment_name="buffered")
+    assert os.environ[ASYNC_BUFFER_ENV] == "5"  # MLflow's worker writes queued metrics every 5 s, merged
+    monkeypatch.setenv(ASYNC_BUFFER_ENV, "1")
+    RecipeLogger(experiment_name="buffered")
+    assert os.environ[ASYNC_BUFFER_ENV] == "1"
