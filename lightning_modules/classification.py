@@ -190,13 +190,13 @@ class ClassificationModule(Task):
         return getattr(self, f"{stage}_confusion", None)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        out = self._shared_step(batch, "val")
+        out = self._shared_step(batch, "val", batch_idx)
         confusion = self._confusion("val")
         if confusion is not None:
             confusion.update(*self.metric_inputs(out))
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        out = self._shared_step(batch, "test")
+        out = self._shared_step(batch, "test", batch_idx)
         confusion = self._confusion("test")
         if confusion is not None:
             confusion.update(*self.metric_inputs(out))

@@ -189,7 +189,7 @@ class Task(LightningModule):
         if self.compile_network and getattr(self.model, "_compiled_call_impl", None) is None:
             self.model.compile()
 
-    def _shared_step(self, batch: Any, stage: str) -> StepOutput:
+    def _shared_step(self, batch: Any, stage: str, batch_idx: int | None = None) -> StepOutput:
         out = self.forward_batch(batch)
         metrics: MetricCollection = getattr(self, f"{stage}_metrics")
         metrics.update(*self.metric_inputs(out))
@@ -203,10 +203,13 @@ class Task(LightningModule):
             batch_size=out.batch_size,
             sync_dist=not on_step,
         )
-        if not self._metrics_logged.get(stage):
+        if batch_idx == 0 or not self._metrics_logged.get(stage):
             # The metric objects are updated every step but handed to self.log once per epoch: Lightning keeps the
             # reference, computes and resets them at the epoch's end as usual, and skips its per-call bookkeeping
             # (moving the logged Metric's whole state to the device), which cost more than a small network's step.
+            # "Once" is the first batch of each epoch and dataloader (batch_idx 0), or the first batch after the
+            # epoch-start hooks reset the flag (a resumed epoch starts at a later batch_idx); either alone suffices,
+            # so a subclass that overrides an epoch-start hook without super() still logs its metrics every epoch.
             self._metrics_logged[stage] = True
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
@@ -221,13 +224,13 @@ class Task(LightningModule):
         self._metrics_logged["test"] = False
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "train").loss
+        return self._shared_step(batch, "train", batch_idx).loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._shared_step(batch, "val")
+        self._shared_step(batch, "val", batch_idx)
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._shared_step(batch, "test")
+        self._shared_step(batch, "test", batch_idx)
 
     def configure_optimizers(self) -> Any:
         optimizer = fused_if_cuda(self.optimizer(param_groups(self)))

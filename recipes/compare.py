@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from recipes.sqlite_store import sqlite_database_path
 from recipes.tracking import default_tracking_uri, fast_http_failures
 
 PROG = "recipes compare"
@@ -67,14 +68,8 @@ def summarize_history(history: list[Any], metric: str) -> dict[str, Any]:
 # --- tracking access -------------------------------------------------------------------------------------------
 def _check_sqlite(uri: str) -> None:
     """An SQLite URI must name an existing file: MLflow would silently create an empty store."""
-    if not uri.startswith("sqlite:"):
-        return
-    path = uri.split(":", 1)[1].lstrip("/")
-    if uri.startswith("sqlite:////"):
-        path = "/" + path  # absolute; "sqlite:///x.db" is relative to the working directory
-    if path in ("", ":memory:"):
-        return
-    if not Path(path).is_file():
+    path = sqlite_database_path(uri)
+    if path is not None and not path.is_file():
         raise CompareError(f"no MLflow database at {path} (tracking URI {uri}); run a recipe first")
 
 

@@ -262,3 +262,34 @@ def test_metrics_are_logged_once_per_epoch_and_reach_callbacks_at_epoch_end():
     assert len(calls) == 4  # train and val, once per epoch each (7 train and 2 val batches per epoch)
     assert len(seen) == 2 and all({"train/acc", "train/f1", "val/acc", "val/f1", "val/auroc"} <= set(s) for s in seen)
     assert seen[0]["train/acc"] != seen[1]["train/acc"]  # computed per epoch, reset in between
+
+
+def test_epoch_metrics_survive_a_subclass_that_overrides_epoch_start_hooks_without_super():
+    """A user's subclass that overrides the epoch-start hooks and forgets super() still gets its epoch metrics every
+    epoch: the first batch of each epoch (batch_idx 0) hands the metric objects to self.log by itself."""
+
+    class Forgetful(ClassificationModule):
+        def on_train_epoch_start(self) -> None:
+            pass
+
+        def on_validation_epoch_start(self) -> None:
+            pass
+
+    per_epoch = []
+
+    class Spy(L.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            per_epoch.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+    L.seed_everything(0)
+    dm = SpiralDataModule(n_samples=300, batch_size=32)
+    module = Forgetful(MLP(2, 3, [32]), num_classes=3, optimizer=lambda p: torch.optim.AdamW(p, lr=0.05))
+    calls = []
+    original = module.log_dict
+    module.log_dict = lambda *a, **k: (calls.append(a[0]), original(*a, **k))[1]
+    trainer = quiet_trainer(max_epochs=3, callbacks=[Spy()], num_sanity_val_steps=0)
+    trainer.fit(module, dm)
+    assert len(calls) == 6  # train and val, once in each of the 3 epochs
+    assert len(per_epoch) == 3
+    assert all({"train/acc", "val/acc", "val/auroc"} <= set(m) for m in per_epoch)
+    assert len({m["train/acc"] for m in per_epoch}) == 3 and len({m["val/acc"] for m in per_epoch}) >= 2
