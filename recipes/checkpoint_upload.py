@@ -1,61 +1,142 @@
-"""Checkpoint files uploaded as MLflow run artifacts in the background, the newest version of each name winning."""
+"""Checkpoint files uploaded as MLflow run artifacts in the background: the newest version of each name wins, and
+each name goes out at most once per interval."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 import threading
+import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+
+@dataclass
+class _Pending:
+    """The version of one name waiting to go out: a snapshot already staged, or a file to snapshot when sent."""
+
+    source: Path
+    staging: Path | None = None
 
 
 class CheckpointUploader:
     """Uploads ``<name>.ckpt`` files off the training thread, so a slow artifact store never stalls a step.
 
-    ``submit(name, path)`` copies the file at once (a snapshot: the trainer may rewrite ``path`` before the upload
-    runs) into a private staging directory and queues its upload. One worker thread uploads in submission order;
-    a name submitted again before its previous version went out replaces that version, so a store slower than the
-    checkpoints only ever receives the newest file of each name. ``wait()`` blocks until everything submitted is
-    uploaded (the logger calls it before it ends the run). A failed upload is a warning, never a training failure;
-    ``errors`` keeps the messages.
+    One worker thread uploads; a name submitted again before its previous version went out replaces that version,
+    so a store slower than the checkpoints only ever receives the newest file of each name.
+
+    ``min_interval_s`` spaces the uploads of one name: a submission within that many seconds of the name's previous
+    upload waits, and later submissions replace it, so a run that saves every fraction of a second sends one file
+    per interval instead of one per save (each upload is file I/O plus Python on a second thread, which the
+    training thread pays for in GIL hand-offs). A submission that can go out at once is copied right away (a
+    snapshot: the trainer may rewrite the file before the upload runs); a deferred one records the path, and the
+    worker copies the file when the interval has passed. Recipes write checkpoints atomically (write, fsync,
+    rename), so that copy reads a whole file.
+
+    ``wait()`` sends everything pending now, whatever the interval, and blocks until it is uploaded (the logger calls
+    it before it ends the run, so the store always ends with the newest files). A failed upload is a warning, never
+    a training failure; ``errors`` keeps the messages.
 
     Args:
         upload: ``upload(local_file, name)`` sends one staged file (named ``<name>.ckpt``) to the store.
+        min_interval_s: Least seconds between two uploads of the same name (0: every submission goes out).
     """
 
-    def __init__(self, upload: Callable[[str, str], None]) -> None:
+    def __init__(self, upload: Callable[[str, str], None], min_interval_s: float = 0.0) -> None:
+        if min_interval_s < 0:
+            raise ValueError(f"CheckpointUploader: min_interval_s must be >= 0, got {min_interval_s}")
         self._upload = upload
-        self._lock = threading.Lock()
-        self._pending: dict[str, Path] = {}  # name -> staging directory holding <name>.ckpt, not yet uploaded
-        self._futures: list[Future[None]] = []
-        self._executor: ThreadPoolExecutor | None = None
+        self.min_interval_s = float(min_interval_s)
+        self._cond = threading.Condition()
+        self._pending: dict[str, _Pending] = {}  # name -> newest version not yet sent, in submission order
+        self._sent_at: dict[str, float] = {}  # name -> time.monotonic() when its last upload started
+        self._busy = False  # the worker is sending one version now
+        self._flush = 0  # callers of wait(): send pending versions without waiting for their interval
+        self._closed = False
+        self._worker: threading.Thread | None = None
         self.uploaded: list[str] = []  # names in the order their uploads finished
         self.errors: list[str] = []
 
     def submit(self, name: str, path: str | Path) -> None:
-        """Snapshot ``path`` now and upload it as ``<name>.ckpt`` in the background."""
-        staging = Path(tempfile.mkdtemp(prefix=f"loopwise-upload-{name}-"))
-        try:
-            shutil.copyfile(path, staging / f"{name}.ckpt")
-        except OSError as err:
-            shutil.rmtree(staging, ignore_errors=True)
-            self._warn(f"could not stage {path} for upload as {name}.ckpt: {err}")
-            return
-        with self._lock:
+        """Upload ``path`` as ``<name>.ckpt`` in the background: at once (snapshotted now) or, within the name's
+        interval, when the interval has passed (replacing any version still waiting)."""
+        with self._cond:
+            due = self._due_at(name) <= time.monotonic()
+        item = _Pending(Path(path))
+        if due:
+            item.staging = self._stage(name, item.source)
+            if item.staging is None:
+                return
+        with self._cond:
             replaced = self._pending.pop(name, None)
-            self._pending[name] = staging
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopwise-upload")
-            self._futures.append(self._executor.submit(self._send, name))
-        if replaced is not None:
-            shutil.rmtree(replaced, ignore_errors=True)
+            self._pending[name] = item
+            if self._worker is None:  # the first submission, or the first after close()
+                self._closed = False
+                self._worker = threading.Thread(target=self._run, name="loopwise-upload", daemon=True)
+                self._worker.start()
+            self._cond.notify_all()
+        if replaced is not None and replaced.staging is not None:
+            shutil.rmtree(replaced.staging, ignore_errors=True)
 
-    def _send(self, name: str) -> None:
-        with self._lock:
-            staging = self._pending.pop(name, None)
-        if staging is None:  # a newer submission of this name was already sent by an earlier job
+    def wait(self) -> None:
+        """Send every pending version now and block until all are uploaded (or failed with a warning)."""
+        with self._cond:
+            self._flush += 1
+            self._cond.notify_all()
+            try:
+                while self._pending or self._busy:
+                    self._cond.wait()
+            finally:
+                self._flush -= 1
+
+    def close(self) -> None:
+        """``wait()``, then stop the worker thread (a later ``submit`` starts a new one)."""
+        self.wait()
+        with self._cond:
+            self._closed = True
+            worker, self._worker = self._worker, None
+            self._cond.notify_all()
+        if worker is not None:
+            worker.join()
+
+    def _due_at(self, name: str) -> float:
+        last = self._sent_at.get(name)
+        return float("-inf") if last is None else last + self.min_interval_s
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._closed and not self._pending:
+                        return
+                    now = time.monotonic()
+                    ready = [n for n in self._pending if self._flush or self._due_at(n) <= now]
+                    if ready:
+                        name = ready[0]
+                        item = self._pending.pop(name)
+                        self._busy = True
+                        self._sent_at[name] = now
+                        break
+                    timeout = min(self._due_at(n) for n in self._pending) - now if self._pending else None
+                    self._cond.wait(timeout)
+            try:
+                self._send(name, item)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _send(self, name: str, item: _Pending) -> None:
+        staging = item.staging
+        if staging is None:
+            with self._cond:
+                superseded = name in self._pending  # a newer version came in while this one waited
+            # a deferred version's file may be gone by now (a new best replaces the old file); when a newer version
+            # is already waiting that is expected, and the newer one goes out instead
+            staging = self._stage(name, item.source, warn=not superseded)
+        if staging is None:
             return
         try:
             self._upload(str(staging / f"{name}.ckpt"), name)
@@ -65,20 +146,17 @@ class CheckpointUploader:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def wait(self) -> None:
-        """Block until every submitted file is uploaded (or failed with a warning)."""
-        with self._lock:
-            futures, self._futures = self._futures, []
-        for future in futures:
-            future.result()
-
-    def close(self) -> None:
-        """``wait()``, then stop the worker thread."""
-        self.wait()
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+    def _stage(self, name: str, source: Path, warn: bool = True) -> Path | None:
+        """Copy ``source`` to a private ``<staging>/<name>.ckpt``; ``None`` (and a warning) if it cannot be read."""
+        staging = Path(tempfile.mkdtemp(prefix=f"loopwise-upload-{name}-"))
+        try:
+            shutil.copyfile(source, staging / f"{name}.ckpt")
+        except OSError as err:
+            shutil.rmtree(staging, ignore_errors=True)
+            if warn:
+                self._warn(f"could not stage {source} for upload as {name}.ckpt: {err}")
+            return None
+        return staging
 
     def _warn(self, message: str) -> None:
         self.errors.append(message)

@@ -112,10 +112,13 @@ class RecipeLogger(MLFlowLogger):
             runs, since its generator follows the seeded ``random`` module).
         tracking_uri: Tracking server or database URI; default: ``MLFLOW_TRACKING_URI`` or ``./mlflow.db``.
         tags: Extra run tags.
-        log_model: Upload the best and last checkpoints: ``all`` every time they are saved (replacing the previous
-            upload), ``true`` once at the end of the run, ``false`` never.
+        log_model: Upload the best and last checkpoints: ``all`` as they are saved (replacing the previous upload,
+            at most once per ``checkpoint_upload_interval``), ``true`` once at the end of the run, ``false`` never.
         run_id: Continue this existing run instead of creating one.
         synchronous: Block on every metrics write (``true``) instead of MLflow's asynchronous logging.
+        checkpoint_upload_interval: With ``log_model: all``, the least seconds between two uploads of the same
+            checkpoint; saves in between are folded into the next upload, and the newest files always go out when
+            the run ends. ``0`` uploads at every save.
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class RecipeLogger(MLFlowLogger):
         log_model: Literal[True, False, "all"] = "all",
         run_id: str | None = None,
         synchronous: bool = False,
+        checkpoint_upload_interval: float = 30.0,
     ) -> None:
         super().__init__(
             experiment_name=experiment_name or "loopwise",
@@ -140,7 +144,7 @@ class RecipeLogger(MLFlowLogger):
         if not synchronous:  # MLflow reads it whenever its worker wakes; a value the user set wins
             os.environ.setdefault(ASYNC_BUFFER_ENV, str(ASYNC_BUFFER_SECONDS))
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
-        self._uploader = CheckpointUploader(self._upload_file)
+        self._uploader = CheckpointUploader(self._upload_file, min_interval_s=checkpoint_upload_interval)
         self.resumed = run_id is not None
         self.killed_by: str | None = None  # set by ``RunContinuity`` when SIGTERM/SIGINT interrupts training
 
@@ -196,7 +200,7 @@ class RecipeLogger(MLFlowLogger):
         """Queue a callback's checkpoints for upload as ``checkpoints/best.ckpt`` / ``checkpoints/last.ckpt``.
 
         A ``RunCheckpoint`` names its own alias; a plain ``ModelCheckpoint`` gives its best and last paths.
-        Files already uploaded unchanged are skipped. The file is copied now and sent by a background thread.
+        Files already uploaded unchanged are skipped. A background thread sends them (see ``CheckpointUploader``).
         """
         alias = getattr(checkpoint_callback, "alias", None)
         if alias is not None:
@@ -214,7 +218,7 @@ class RecipeLogger(MLFlowLogger):
             self._logged_model_time[name] = stamp
 
     def wait_for_uploads(self) -> None:
-        """Block until every queued checkpoint upload has finished."""
+        """Send every queued checkpoint upload now (whatever the interval) and block until all have finished."""
         self._uploader.wait()
 
     def _upload_file(self, local_file: str, name: str) -> None:

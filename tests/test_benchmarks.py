@@ -97,13 +97,16 @@ def test_run_all_renders_rows_and_verdicts(bench):
     rows = run_all.rows_for("memory", {"epochs": 20, "peak_mb": {"floor": 300, "seeds": 400, "recipe": 500},
                                        "growth": [{"variant": "recipe", "growth": 0.01, "met": True}]}, "")
     assert rows[1] == "| memory | RSS growth of the recipe, epoch 2 to epoch 20 | +1.0% | <= 5% | met |"
-    output = ("loop steps/s with MLflow / without: 0.970 (meets the >= 0.95 target)\n"
-              "whole-run speed with MLflow / without (incl. per-run fixed costs): 0.900\n")
-    rows = run_all.rows_for("logging_overhead", {}, output)
-    assert rows == ["| logging_overhead | spiral recipe, training loop steps/s with MLflow / without a logger | 0.970 | "
-                    ">= 0.95 | met |",
+    rows = run_all.rows_for("logging_overhead", {
+        "pairs": 20, "loop_ratio": 0.97, "interval": [0.93, 1.01], "target": 0.95, "met": True,
+        "direct_share": 0.021, "whole_run_ratio": 0.9, "steps_per_s": {"mlflow": 116.4, "none": 120.0}}, "")
+    assert rows == ["| logging_overhead | spiral recipe, training loop steps/s with MLflow / without a logger (median "
+                    "of 20 paired runs, 90% interval 0.930-1.010; steps/s 116 vs 120) | 0.970 | >= 0.95 | met |",
+                    "| logging_overhead | training-thread time inside MLflow logging calls, share of the loop | 2.1% "
+                    "| - | - |",
                     "| logging_overhead | spiral recipe, whole `fit` incl. per-run fixed costs, MLflow / none | 0.900 | "
                     "- | - |"]
+    assert "no ratio" in run_all.rows_for("logging_overhead", {}, "")[0]
     assert "skipped" in run_all.rows_for("gpu", {"skipped": "no CUDA device"}, "")[0]
     assert "failed" in run_all.rows_for("startup", {"error": "exit code 1"}, "")[0]
     text = (BENCHMARKS / "README.md").read_text()

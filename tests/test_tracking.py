@@ -68,6 +68,72 @@ def test_uploader_failure_is_a_warning_not_a_crash(tmp_path: Path) -> None:
     assert uploader.errors and uploader.uploaded == []
 
 
+def test_uploader_sends_a_name_at_most_once_per_interval_and_wait_sends_the_newest(tmp_path: Path) -> None:
+    sent: list[tuple[str, bytes]] = []
+    uploader = CheckpointUploader(lambda local, name: sent.append((name, Path(local).read_bytes())), 3600)
+    ckpt = tmp_path / "last.ckpt"
+    ckpt.write_bytes(b"v1")
+    uploader.submit("last", ckpt)  # the first upload of a name goes out at once, snapshotted now
+    ckpt.write_bytes(b"v2")
+    deadline = time.monotonic() + 10
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sent == [("last", b"v1")]
+    for version in (b"v3", b"v4"):  # within the interval: held back, the newer replacing the older
+        ckpt.write_bytes(version)
+        uploader.submit("last", ckpt)
+    (tmp_path / "best.ckpt").write_bytes(b"b1")
+    uploader.submit("best", tmp_path / "best.ckpt")  # another name has its own interval: out at once
+    time.sleep(0.3)
+    assert sorted(sent) == [("best", b"b1"), ("last", b"v1")]
+    ckpt.write_bytes(b"v5")  # a deferred version is read when it is sent: the trainer's newest file
+    uploader.wait()  # sends what is pending now, whatever the interval
+    assert sent[-1] == ("last", b"v5") and len(sent) == 3
+    uploader.close()
+    assert uploader.errors == []
+
+
+def test_uploader_sends_a_deferred_version_by_itself_when_its_interval_has_passed(tmp_path: Path) -> None:
+    sent: list[tuple[bytes, float]] = []
+    uploader = CheckpointUploader(lambda local, name: sent.append((Path(local).read_bytes(), time.monotonic())), 0.5)
+    ckpt = tmp_path / "last.ckpt"
+    deadline = time.monotonic() + 10
+    for count, version in enumerate((b"v1", b"v2"), start=1):
+        ckpt.write_bytes(version)
+        uploader.submit("last", ckpt)
+        while len(sent) < count and time.monotonic() < deadline:  # v1 out before v2 comes (else v2 replaces it)
+            time.sleep(0.02)
+    assert [v for v, _ in sent] == [b"v1", b"v2"]  # no wait() needed
+    assert sent[1][1] - sent[0][1] >= 0.5 - 0.05
+    uploader.close()
+
+
+def test_a_fast_run_uploads_each_checkpoint_about_once_per_interval(workdir: Path) -> None:
+    """Saves every fraction of a second (one per epoch) are folded: with the default 30 s interval a 4-epoch run
+    uploads each name once during training and once more at the end, and the store ends with the final files."""
+    pl.seed_everything(0)
+    logger = RecipeLogger(experiment_name="throttled")
+    assert logger._uploader.min_interval_s == 30.0
+    uploads: list[str] = []
+    send = logger._upload_file
+    logger._upload_file = lambda local, name: (uploads.append(name), send(local, name))[1]  # type: ignore[method-assign]
+    logger._uploader._upload = logger._upload_file
+    last = RunCheckpoint(workdir / "ckpt", "throttled", "last")
+    trainer = pl.Trainer(
+        max_epochs=4,
+        logger=logger,
+        callbacks=[RunCheckpoint(workdir / "ckpt", "throttled", "best", monitor="val/acc", mode="max"), last],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    module = ClassificationModule(model=MLP(2, 3, hidden_sizes=[16]), num_classes=3)
+    trainer.fit(module, datamodule=SpiralDataModule(n_samples=300, batch_size=32))
+    assert uploads.count("last") == 2 and uploads.count("best") <= 2  # instead of 4 each
+    local = mlflow_client(workdir).download_artifacts(logger.run_id, "checkpoints/last.ckpt", str(workdir))
+    assert Path(local).read_bytes() == Path(last.last_model_path or last.best_model_path).read_bytes()
+    assert torch.load(local, weights_only=True, map_location="cpu")["epoch"] == 3
+
+
 # --- RecipeLogger during training ---------------------------------------------------------------------------------
 class ArtifactProbe(pl.Callback):
     """After each epoch's checkpoints (ModelCheckpoint callbacks run last, so: at the start of the next epoch and at
