@@ -242,24 +242,30 @@ def test_channels_last_formats_weights_and_image_batches_with_the_same_outputs()
     assert fast.hparams["channels_last"] is True
 
 
-def test_metrics_are_logged_once_per_epoch_and_reach_callbacks_at_epoch_end():
-    """The metric objects go to self.log once per epoch (Lightning's per-call cost), yet the epoch values are there
-    for every callback's on_train_epoch_end, as when they were logged every step."""
-    seen = []
+def _fit_spiral_recording_log_dict_calls(module_cls: type, epochs: int) -> tuple[list, list[dict[str, float]]]:
+    """Fit ``module_cls`` on spiral data for ``epochs``: (the dicts handed to ``log_dict``, the epoch-end
+    ``callback_metrics`` of every train epoch)."""
+    per_epoch: list[dict[str, float]] = []
 
     class Spy(L.Callback):
         def on_train_epoch_end(self, trainer, pl_module):
-            seen.append({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))})
+            per_epoch.append({k: float(v) for k, v in trainer.callback_metrics.items()})
 
     L.seed_everything(0)
-    dm = SpiralDataModule(n_samples=300, batch_size=32)
-    module = ClassificationModule(MLP(2, 3, [32]), num_classes=3, optimizer=lambda p: torch.optim.AdamW(p, lr=0.05))
-    calls = []
+    dm = SpiralDataModule(n_samples=300, batch_size=32)  # 7 train and 2 val batches per epoch
+    module = module_cls(MLP(2, 3, [32]), num_classes=3, optimizer=lambda p: torch.optim.AdamW(p, lr=0.05))
+    calls: list = []
     original = module.log_dict
     module.log_dict = lambda *a, **k: (calls.append(a[0]), original(*a, **k))[1]
-    trainer = quiet_trainer(max_epochs=2, callbacks=[Spy()], num_sanity_val_steps=0)
-    trainer.fit(module, dm)
-    assert len(calls) == 4  # train and val, once per epoch each (7 train and 2 val batches per epoch)
+    quiet_trainer(max_epochs=epochs, callbacks=[Spy()], num_sanity_val_steps=0).fit(module, dm)
+    return calls, per_epoch
+
+
+def test_metrics_are_logged_once_per_epoch_and_reach_callbacks_at_epoch_end():
+    """The metric objects go to self.log once per epoch (Lightning's per-call cost), yet the epoch values are there
+    for every callback's on_train_epoch_end, as when they were logged every step."""
+    calls, seen = _fit_spiral_recording_log_dict_calls(ClassificationModule, epochs=2)
+    assert len(calls) == 4  # train and val, once per epoch each
     assert len(seen) == 2 and all({"train/acc", "train/f1", "val/acc", "val/f1", "val/auroc"} <= set(s) for s in seen)
     assert seen[0]["train/acc"] != seen[1]["train/acc"]  # computed per epoch, reset in between
 
@@ -275,20 +281,7 @@ def test_epoch_metrics_survive_a_subclass_that_overrides_epoch_start_hooks_witho
         def on_validation_epoch_start(self) -> None:
             pass
 
-    per_epoch = []
-
-    class Spy(L.Callback):
-        def on_train_epoch_end(self, trainer, pl_module):
-            per_epoch.append({k: float(v) for k, v in trainer.callback_metrics.items()})
-
-    L.seed_everything(0)
-    dm = SpiralDataModule(n_samples=300, batch_size=32)
-    module = Forgetful(MLP(2, 3, [32]), num_classes=3, optimizer=lambda p: torch.optim.AdamW(p, lr=0.05))
-    calls = []
-    original = module.log_dict
-    module.log_dict = lambda *a, **k: (calls.append(a[0]), original(*a, **k))[1]
-    trainer = quiet_trainer(max_epochs=3, callbacks=[Spy()], num_sanity_val_steps=0)
-    trainer.fit(module, dm)
+    calls, per_epoch = _fit_spiral_recording_log_dict_calls(Forgetful, epochs=3)
     assert len(calls) == 6  # train and val, once in each of the 3 epochs
     assert len(per_epoch) == 3
     assert all({"train/acc", "val/acc", "val/auroc"} <= set(m) for m in per_epoch)
