@@ -129,13 +129,7 @@ class CheckpointUploader:
                     self._cond.notify_all()
 
     def _send(self, name: str, item: _Pending) -> None:
-        staging = item.staging
-        if staging is None:
-            with self._cond:
-                superseded = name in self._pending  # a newer version came in while this one waited
-            # a deferred version's file may be gone by now (a new best replaces the old file); when a newer version
-            # is already waiting that is expected, and the newer one goes out instead
-            staging = self._stage(name, item.source, warn=not superseded)
+        staging = item.staging if item.staging is not None else self._stage(name, item.source, deferred=True)
         if staging is None:
             return
         try:
@@ -146,14 +140,20 @@ class CheckpointUploader:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _stage(self, name: str, source: Path, warn: bool = True) -> Path | None:
-        """Copy ``source`` to a private ``<staging>/<name>.ckpt``; ``None`` (and a warning) if it cannot be read."""
+    def _stage(self, name: str, source: Path, deferred: bool = False) -> Path | None:
+        """Copy ``source`` to a private ``<staging>/<name>.ckpt``; ``None`` (and a warning) if it cannot be read.
+
+        A deferred version's file may be gone when its turn comes: a trainer that keeps one best file under changing
+        file names submits the new one, then deletes the old. When a newer version of the name is waiting, that is
+        expected (the newer one goes out instead) and no warning is given."""
         staging = Path(tempfile.mkdtemp(prefix=f"loopwise-upload-{name}-"))
         try:
             shutil.copyfile(source, staging / f"{name}.ckpt")
         except OSError as err:
             shutil.rmtree(staging, ignore_errors=True)
-            if warn:
+            with self._cond:
+                superseded = deferred and name in self._pending
+            if not superseded:
                 self._warn(f"could not stage {source} for upload as {name}.ckpt: {err}")
             return None
         return staging

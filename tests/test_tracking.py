@@ -4,6 +4,7 @@ background uploader's newest-wins rule, and the tracking-server check."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -106,6 +107,46 @@ def test_uploader_sends_a_deferred_version_by_itself_when_its_interval_has_passe
     assert [v for v, _ in sent] == [b"v1", b"v2"]  # no wait() needed
     assert sent[1][1] - sent[0][1] >= 0.5 - 0.05
     uploader.close()
+
+
+def test_a_deferred_file_replaced_by_a_newer_version_is_skipped_quietly(tmp_path: Path, monkeypatch) -> None:
+    """A trainer that keeps one best file under changing names (ModelCheckpoint's epoch=N files) submits the new file,
+    then deletes the old one, possibly while the worker is about to copy the old one: the newer version goes out,
+    with no warning; a file that is gone with nothing newer waiting is still a warning."""
+    import recipes.checkpoint_upload as checkpoint_upload
+
+    sent: list[bytes] = []
+    uploader = CheckpointUploader(lambda local, name: sent.append(Path(local).read_bytes()), 0.3)
+    first, second, third = (tmp_path / f"epoch={i}.ckpt" for i in range(3))
+    first.write_bytes(b"e0")
+    uploader.submit("best", first)
+    deadline = time.monotonic() + 10
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    real_copy = shutil.copyfile
+
+    def trainer_moves_on_during_the_copy(source: Path, target: Path) -> object:
+        if Path(source) == second:  # the worker's turn for the deferred version: the trainer saves a new best
+            third.write_bytes(b"e2")
+            uploader.submit("best", third)
+            second.unlink()
+        return real_copy(source, target)
+
+    monkeypatch.setattr(checkpoint_upload.shutil, "copyfile", trainer_moves_on_during_the_copy)
+    second.write_bytes(b"e1")
+    uploader.submit("best", second)  # within the interval: deferred, copied when sent
+    deadline = time.monotonic() + 10
+    while len(sent) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sent == [b"e0", b"e2"] and uploader.errors == []  # e1 was gone, e2 went out in its place, no warning
+    monkeypatch.setattr(checkpoint_upload.shutil, "copyfile", real_copy)
+    gone = tmp_path / "gone.ckpt"
+    gone.write_bytes(b"x")
+    uploader.submit("best", gone)  # deferred again, and deleted with nothing newer
+    gone.unlink()
+    with pytest.warns(UserWarning, match="could not stage .*gone.ckpt for upload as best.ckpt"):
+        uploader.close()
+    assert sent == [b"e0", b"e2"]
 
 
 def test_a_fast_run_uploads_each_checkpoint_about_once_per_interval(workdir: Path) -> None:
