@@ -3,6 +3,7 @@ each name goes out at most once per interval."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -21,6 +22,15 @@ class _Pending:
     staging: Path | None = None
 
 
+_CHANGED = "the file changed while it was copied"
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """What changes when a file is rewritten, in place or by rename: (inode, size, modification time in ns)."""
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 class CheckpointUploader:
     """Uploads ``<name>.ckpt`` files off the training thread, so a slow artifact store never stalls a step.
 
@@ -33,7 +43,9 @@ class CheckpointUploader:
     training thread pays for in GIL hand-offs). A submission that can go out at once is copied right away (a
     snapshot: the trainer may rewrite the file before the upload runs); a deferred one records the path, and the
     worker copies the file when the interval has passed. Recipes write checkpoints atomically (write, fsync,
-    rename), so that copy reads a whole file.
+    rename), so that copy reads a whole file; a trainer that rewrites the file in place (Lightning's own
+    ``ModelCheckpoint``) may be writing while the worker copies, so a copy during which the file changed is dropped
+    and the file is copied again later (the trainer submits its new version when its write is done).
 
     ``wait()`` sends everything pending now, whatever the interval, and blocks until it is uploaded (the logger calls
     it before it ends the run, so the store always ends with the newest files). A failed upload is a warning, never
@@ -66,9 +78,10 @@ class CheckpointUploader:
             due = self._due_at(name) <= time.monotonic()
         item = _Pending(Path(path))
         if due:
-            item.staging = self._stage(name, item.source)
-            if item.staging is None:
-                return
+            item.staging, problem = self._copy(name, item.source)
+            if problem is not None and problem is not _CHANGED:
+                self._warn(problem)
+                return  # the file cannot be read: nothing to upload
         with self._cond:
             replaced = self._pending.pop(name, None)
             self._pending[name] = item
@@ -129,9 +142,24 @@ class CheckpointUploader:
                     self._cond.notify_all()
 
     def _send(self, name: str, item: _Pending) -> None:
-        staging = item.staging if item.staging is not None else self._stage(name, item.source, deferred=True)
+        staging = item.staging
         if staging is None:
-            return
+            staging, problem = self._copy(name, item.source)
+            if problem is _CHANGED:  # written to during the copy: copy it again when the name is next due
+                with self._cond:
+                    self._pending.setdefault(name, item)
+                    self._cond.notify_all()
+                return
+            if problem is not None:
+                # a deferred version's file may be gone by now: a trainer that keeps one best file under changing
+                # file names submits the new one, then deletes the old; with a newer version waiting that is
+                # expected (the newer one goes out instead), so no warning
+                with self._cond:
+                    superseded = name in self._pending
+                if not superseded:
+                    self._warn(problem)
+                return
+        assert staging is not None
         try:
             self._upload(str(staging / f"{name}.ckpt"), name)
             self.uploaded.append(name)
@@ -140,23 +168,23 @@ class CheckpointUploader:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _stage(self, name: str, source: Path, deferred: bool = False) -> Path | None:
-        """Copy ``source`` to a private ``<staging>/<name>.ckpt``; ``None`` (and a warning) if it cannot be read.
-
-        A deferred version's file may be gone when its turn comes: a trainer that keeps one best file under changing
-        file names submits the new one, then deletes the old. When a newer version of the name is waiting, that is
-        expected (the newer one goes out instead) and no warning is given."""
+    @staticmethod
+    def _copy(name: str, source: Path) -> tuple[Path | None, str | None]:
+        """Copy ``source`` to a private ``<staging>/<name>.ckpt``: ``(staging, None)``; ``(None, _CHANGED)`` if the
+        file changed during the copy (a trainer writing it in place: the copy may be torn); ``(None, message)`` if
+        it cannot be read."""
         staging = Path(tempfile.mkdtemp(prefix=f"loopwise-upload-{name}-"))
         try:
+            before = _identity(source)
             shutil.copyfile(source, staging / f"{name}.ckpt")
+            changed = _identity(source) != before
         except OSError as err:
             shutil.rmtree(staging, ignore_errors=True)
-            with self._cond:
-                superseded = deferred and name in self._pending
-            if not superseded:
-                self._warn(f"could not stage {source} for upload as {name}.ckpt: {err}")
-            return None
-        return staging
+            return None, f"could not stage {source} for upload as {name}.ckpt: {err}"
+        if changed:
+            shutil.rmtree(staging, ignore_errors=True)
+            return None, _CHANGED
+        return staging, None
 
     def _warn(self, message: str) -> None:
         self.errors.append(message)

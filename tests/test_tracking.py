@@ -149,6 +149,39 @@ def test_a_deferred_file_replaced_by_a_newer_version_is_skipped_quietly(tmp_path
     assert sent == [b"e0", b"e2"]
 
 
+def test_a_copy_during_which_the_file_changed_is_copied_again_not_uploaded(tmp_path: Path, monkeypatch) -> None:
+    """Lightning's own ModelCheckpoint writes in place, so a copy can overlap a write and be torn: a copy during
+    which the file changed is dropped and the file copied again, both on the training thread (a due save) and in
+    the worker (a deferred one)."""
+    import recipes.checkpoint_upload as checkpoint_upload
+
+    sent: list[bytes] = []
+    uploader = CheckpointUploader(lambda local, name: sent.append(Path(local).read_bytes()), 3600)
+    ckpt = tmp_path / "last.ckpt"
+    real_copy = shutil.copyfile
+    copies: list[bytes] = []
+
+    def copy_while_the_trainer_writes(source: Path, target: Path) -> object:
+        result = real_copy(source, target)
+        copies.append(Path(target).read_bytes())
+        if Path(source).read_bytes().endswith(b"half"):  # the write is still going on after the copy
+            with open(source, "ab") as file:
+                file.write(b" and the rest")
+        return result
+
+    monkeypatch.setattr(checkpoint_upload.shutil, "copyfile", copy_while_the_trainer_writes)
+    ckpt.write_bytes(b"v1 first half")
+    uploader.submit("last", ckpt)  # due: copied on this thread, torn, handed to the worker to copy again
+    uploader.wait()
+    assert copies == [b"v1 first half", b"v1 first half and the rest"]
+    assert sent == [b"v1 first half and the rest"]
+    ckpt.write_bytes(b"v2 first half")
+    uploader.submit("last", ckpt)  # within the interval: deferred, copied by the worker
+    uploader.close()  # sends it now: the worker's torn copy is dropped, the file copied again
+    assert copies[2:] == [b"v2 first half", b"v2 first half and the rest"]
+    assert sent == [b"v1 first half and the rest", b"v2 first half and the rest"] and uploader.errors == []
+
+
 def test_a_fast_run_uploads_each_checkpoint_about_once_per_interval(workdir: Path) -> None:
     """Saves every fraction of a second (one per epoch) are folded: with the default 30 s interval a 4-epoch run
     uploads each name once during training and once more at the end, and the store ends with the final files."""
