@@ -43,9 +43,10 @@ class CheckpointUploader:
     training thread pays for in GIL hand-offs). A submission that can go out at once is copied right away (a
     snapshot: the trainer may rewrite the file before the upload runs); a deferred one records the path, and the
     worker copies the file when the interval has passed. Recipes write checkpoints atomically (write, fsync,
-    rename), so that copy reads a whole file; a trainer that rewrites the file in place (Lightning's own
-    ``ModelCheckpoint``) may be writing while the worker copies, so a copy during which the file changed is dropped
-    and the file is copied again later (the trainer submits its new version when its write is done).
+    rename), so that copy reads a whole file; other writers may not (Lightning's ``ModelCheckpoint`` writes to the
+    system's temp directory and moves the file, which is a copy into place when the checkpoint directory is on
+    another filesystem), so a copy during which the file changed is dropped and the file is copied again later
+    (the trainer submits its new version when its write is done).
 
     ``wait()`` sends everything pending now, whatever the interval, and blocks until it is uploaded (the logger calls
     it before it ends the run, so the store always ends with the newest files). A failed upload is a warning, never

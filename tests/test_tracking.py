@@ -150,7 +150,8 @@ def test_a_deferred_file_replaced_by_a_newer_version_is_skipped_quietly(tmp_path
 
 
 def test_a_copy_during_which_the_file_changed_is_copied_again_not_uploaded(tmp_path: Path, monkeypatch) -> None:
-    """Lightning's own ModelCheckpoint writes in place, so a copy can overlap a write and be torn: a copy during
+    """A writer that is not atomic (Lightning's ModelCheckpoint moves its temp file into place, a copy across
+    filesystems) can overlap the worker's copy and tear it: a copy during
     which the file changed is dropped and the file copied again, both on the training thread (a due save) and in
     the worker (a deferred one)."""
     import recipes.checkpoint_upload as checkpoint_upload
