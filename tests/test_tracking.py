@@ -151,9 +151,8 @@ def test_a_deferred_file_replaced_by_a_newer_version_is_skipped_quietly(tmp_path
 
 def test_a_copy_during_which_the_file_changed_is_copied_again_not_uploaded(tmp_path: Path, monkeypatch) -> None:
     """A writer that is not atomic (Lightning's ModelCheckpoint moves its temp file into place, a copy across
-    filesystems) can overlap the worker's copy and tear it: a copy during
-    which the file changed is dropped and the file copied again, both on the training thread (a due save) and in
-    the worker (a deferred one)."""
+    filesystems) can overlap a copy and tear it: a copy during which the file changed is dropped and the file
+    copied again, both on the training thread (a due save) and in the worker (a deferred one)."""
     import recipes.checkpoint_upload as checkpoint_upload
 
     sent: list[bytes] = []
