@@ -25,7 +25,7 @@ class _Pending:
 _CHANGED = "the file changed while it was copied"
 
 
-def _identity(path: Path) -> tuple[int, int, int]:
+def file_identity(path: str | Path) -> tuple[int, int, int]:
     """What changes when a file is rewritten, in place or by rename: (inode, size, modification time in ns)."""
     stat = os.stat(path)
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
@@ -176,9 +176,9 @@ class CheckpointUploader:
         it cannot be read."""
         staging = Path(tempfile.mkdtemp(prefix=f"loopwise-upload-{name}-"))
         try:
-            before = _identity(source)
+            before = file_identity(source)
             shutil.copyfile(source, staging / f"{name}.ckpt")
-            changed = _identity(source) != before
+            changed = file_identity(source) != before
         except OSError as err:
             shutil.rmtree(staging, ignore_errors=True)
             return None, f"could not stage {source} for upload as {name}.ckpt: {err}"

@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from recipes.checkpoint_upload import CheckpointUploader
+from recipes.checkpoint_upload import CheckpointUploader, file_identity
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
 SERVER_CHECK_TIMEOUT_S = 5
@@ -210,8 +210,7 @@ class RecipeLogger(MLFlowLogger):
         for name, path in pairs:
             if not path or not os.path.isfile(path):
                 continue
-            stat = os.stat(path)
-            stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+            stamp = file_identity(path)
             if self._logged_model_time.get(name) == stamp:
                 continue
             self._uploader.submit(name, path)
