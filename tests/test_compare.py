@@ -1,4 +1,4 @@
-"""`recipes compare`: two tiny spiral runs with different learning rates, compared in every output format."""
+"""`recipes compare`: three tiny spiral runs with different learning rates, compared in every output format."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from mlflow.entities import Metric
 from recipes.compare import differing_params, lower_is_better, main, plot_curves, summarize_history
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 
-LRS = ("0.01", "0.05")
+LRS = ("0.01", "0.05", "0.1")
 
 
 @pytest.fixture(scope="module")
-def two_runs(tmp_path_factory):
-    """Two 2-epoch `recipes fit` runs of the spiral recipe, lr 0.01 and 0.05, in one embedded store."""
+def three_runs(tmp_path_factory):
+    """Three 2-epoch `recipes fit` runs of the spiral recipe, lr 0.01, 0.05 and 0.1, in one embedded store."""
     from recipes.cli import main as cli_main
 
     directory = tmp_path_factory.mktemp("compare")
@@ -39,11 +39,11 @@ def two_runs(tmp_path_factory):
 
 
 @pytest.fixture
-def in_store(two_runs, monkeypatch):
-    """Work in the directory of the two runs, with the default tracking URI (./mlflow.db)."""
-    monkeypatch.chdir(two_runs)
+def in_store(three_runs, monkeypatch):
+    """Work in the directory of the three runs, with the default tracking URI (./mlflow.db)."""
+    monkeypatch.chdir(three_runs)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return two_runs
+    return three_runs
 
 
 def _json(capsys, *args: str) -> list[dict]:
@@ -51,25 +51,25 @@ def _json(capsys, *args: str) -> list[dict]:
     return json.loads(capsys.readouterr().out)
 
 
-def test_table_lists_both_runs_and_only_differing_params(in_store, capsys):
+def test_table_lists_the_three_runs_and_only_differing_params(in_store, capsys):
     assert main([]) == 0
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
     assert "lr" in header
-    assert "batch_size" not in header and "seed" not in header  # equal in both runs
+    assert "batch_size" not in header and "seed" not in header  # equal in all runs
     assert "val/acc" in header  # the spiral recipe monitors val/acc (from the run's config.yaml)
     for run in runs_of(in_store, "spiral_mlp"):
         assert run.info.run_id[:8] in out
     for lr in LRS:
         assert lr in out
-    assert len(out.splitlines()) == 4  # header, rule, two runs
+    assert len(out.splitlines()) == 5  # header, rule, three runs
 
 
 def test_best_and_last_match_the_metric_history(in_store, capsys):
     client = mlflow_client(in_store)
     for metric, best_of in (("val/acc", max), ("val/loss", min)):
         rows = _json(capsys, "--experiment", "spiral_mlp", "--metric", metric)
-        assert len(rows) == 2
+        assert len(rows) == 3
         for row in rows:
             history = sorted(client.get_metric_history(row["id"], metric), key=lambda m: m.step)
             best = best_of(history, key=lambda m: m.value)
@@ -92,10 +92,10 @@ def test_json_has_the_columns(in_store, capsys):
         assert "batch_size" not in row
 
 
-def test_csv_parses_with_two_rows(in_store, capsys):
+def test_csv_parses_with_three_rows(in_store, capsys):
     assert main(["--format", "csv", "--metric", "val/loss"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert len(rows) == 2
+    assert len(rows) == 3
     assert {r["lr"] for r in rows} == set(LRS)
     assert all(float(r["val/loss best"]) <= float(r["val/loss last"]) + 1e-12 for r in rows)
 
@@ -109,13 +109,14 @@ def test_plot_writes_a_png_with_one_line_per_run(in_store, capsys):
     histories = {r.info.run_id: client.get_metric_history(r.info.run_id, "val/loss") for r in runs}
     fig = plot_curves(runs, histories, "val/loss", in_store / "direct.png")
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(runs) == 3 and len(fig.axes[0].get_lines()) == 3  # one curve per run
     assert labels == [f"{r.info.run_name} ({r.info.run_id[:8]})" for r in runs]
 
 
 def test_stage_filter(in_store, capsys):
     assert main(["--stage", "test"]) == 2
     assert "no runs" in capsys.readouterr().err
-    assert len(_json(capsys, "--stage", "all")) == 2
+    assert len(_json(capsys, "--stage", "all")) == 3
     assert len(_json(capsys, "--max-runs", "1")) == 1
 
 
@@ -127,12 +128,12 @@ def test_unknown_experiment_and_metric_exit_2(in_store, capsys):
     assert "val/nothing" in capsys.readouterr().err
 
 
-def test_tracking_uri_names_another_store(two_runs, workdir, capsys):
+def test_tracking_uri_names_another_store(three_runs, workdir, capsys):
     assert main([]) == 2  # the fresh working directory has no mlflow.db, and none is created
     assert "no MLflow database" in capsys.readouterr().err
     assert not (workdir / "mlflow.db").exists()
-    rows = _json(capsys, "--tracking-uri", f"sqlite:///{two_runs / 'mlflow.db'}")
-    assert len(rows) == 2
+    rows = _json(capsys, "--tracking-uri", f"sqlite:///{three_runs / 'mlflow.db'}")
+    assert len(rows) == 3
 
 
 def test_unreachable_server_exits_2(workdir, capsys):
@@ -163,4 +164,4 @@ def test_recipes_compare_is_a_subcommand_of_recipes(in_store, capsys):
         recipes_main(["compare", "--format", "json"])
     assert exc.value.code == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 2 and len({row["run"] for row in rows}) == 2  # run names are unique
+    assert len(rows) == 3 and len({row["run"] for row in rows}) == 3  # run names are unique
