@@ -165,3 +165,24 @@ def test_recipes_compare_is_a_subcommand_of_recipes(in_store, capsys):
     assert exc.value.code == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 3 and len({row["run"] for row in rows}) == 3  # run names are unique
+
+
+def test_default_lists_every_experiment_and_experiment_narrows_it(workdir, capsys):
+    """Without --experiment the runs of every experiment are compared; --experiment keeps one experiment's."""
+    from mlflow.tracking import MlflowClient
+
+    from recipes.compare import STAGE_TAG
+
+    uri = f"sqlite:///{workdir / 'many.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    for name, lr in (("first", "0.1"), ("second", "0.2")):
+        run = client.create_run(client.create_experiment(name), tags={STAGE_TAG: "fit"})
+        client.log_param(run.info.run_id, "lr", lr)
+        for step, value in enumerate((0.5, 0.7)):
+            client.log_metric(run.info.run_id, "val/acc", value, step=step)
+        client.set_terminated(run.info.run_id)
+    rows = _json(capsys, "--tracking-uri", uri, "--metric", "val/acc")
+    assert sorted((r["experiment"], r["lr"]) for r in rows) == [("first", "0.1"), ("second", "0.2")]
+    assert all(r["val/acc best"] == pytest.approx(0.7) for r in rows)
+    rows = _json(capsys, "--tracking-uri", uri, "--metric", "val/acc", "--experiment", "second")
+    assert [r["experiment"] for r in rows] == ["second"] and "lr" not in rows[0]  # one run: no param differs
