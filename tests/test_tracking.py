@@ -270,6 +270,43 @@ def test_checkpoints_are_uploaded_during_training_and_replaced(workdir: Path) ->
     assert client.get_run(logger.run_id).info.status == "FINISHED"
 
 
+def test_metrics_go_out_in_batches_and_the_store_writes_are_merged(workdir: Path, monkeypatch) -> None:
+    """Every logger call is one ``log_batch`` carrying one step's metrics (never a write per metric), and MLflow's
+    buffered worker merges the calls into fewer store writes, with every metric written."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    writes: list[int] = []
+    store_log_batch = SqlAlchemyStore.log_batch
+
+    def count_writes(store: SqlAlchemyStore, run_id: str, metrics: list, params: list, tags: list) -> None:
+        if metrics:  # params and tags go out synchronously on their own
+            writes.append(len(metrics))
+        return store_log_batch(store, run_id, metrics, params, tags)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", count_writes)
+    pl.seed_everything(0)
+    logger = RecipeLogger(experiment_name="batches")
+    batches: list[set[tuple[int, str]]] = []
+    client_log_batch = logger.experiment.log_batch
+
+    def record(*args: object, **kwargs: object) -> None:
+        batches.append({(m.step, m.key) for m in kwargs.get("metrics", ())})  # type: ignore[attr-defined]
+        return client_log_batch(*args, **kwargs)
+
+    monkeypatch.setattr(logger.experiment, "log_batch", record)
+    monkeypatch.setattr(logger.experiment, "log_metric", lambda *a, **k: pytest.fail("a metric was written alone"))
+    trainer = pl.Trainer(max_epochs=3, logger=logger, log_every_n_steps=5, enable_checkpointing=False,
+                         callbacks=[pl.callbacks.LearningRateMonitor("step")], enable_progress_bar=False,
+                         enable_model_summary=False)
+    module = ClassificationModule(model=MLP(2, 3, hidden_sizes=[16]), num_classes=3)
+    trainer.fit(module, datamodule=SpiralDataModule(n_samples=300, batch_size=32))
+    assert len(batches) >= 10 and all(len({step for step, _ in batch}) == 1 for batch in batches)
+    epoch_end = next(batch for batch in batches if ("train/acc" in {key for _, key in batch}))
+    assert {"train/acc", "train/f1"} <= {key for _, key in epoch_end}  # the epoch's metrics travel together
+    assert sum(writes) == sum(len(batch) for batch in batches)  # every metric reached the store ...
+    assert len(writes) < len(batches)  # ... in fewer writes than calls
+
+
 def test_synchronous_logging_can_be_chosen(workdir: Path) -> None:
     logger = RecipeLogger(experiment_name="sync", synchronous=True)
     logger.log_metrics({"a": 1.0, "b": 2.0}, step=3)
