@@ -16,8 +16,10 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, OneCycleLR, ReduceLROnPlateau
 
+from lightning_modules.compat import BATCH_AND_INSTANCE_NORM, optimizer_has_stepped
+
 NORM_LAYERS: tuple[type[nn.Module], ...] = (
-    nn.modules.batchnorm._NormBase,
+    BATCH_AND_INSTANCE_NORM,
     nn.LayerNorm,
     nn.GroupNorm,
     nn.LocalResponseNorm,
@@ -73,7 +75,7 @@ def fused_if_cuda(optimizer: Optimizer, device_type: str | None = None) -> Optim
     defaults = optimizer.defaults
     if "fused" not in defaults or defaults.get("fused") is not None or defaults.get("foreach") is not None:
         return optimizer
-    if optimizer.state or getattr(optimizer, "_opt_called", False):
+    if optimizer_has_stepped(optimizer):
         return optimizer
     accepted = inspect.signature(type(optimizer).__init__).parameters
     if "fused" not in accepted:

@@ -16,13 +16,10 @@ import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import OptimizerCallable
 
-try:  # set by LightningCLI while it instantiates a module from a config (Lightning >= 2.3)
-    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
-except ImportError:  # pragma: no cover - older or newer Lightning without it: modules count as built in Python
-    _given_hyperparameters = None
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
+from lightning_modules.compat import built_from_config, is_compiled_in_place
 from lightning_modules.optim import Constant, Schedule, fused_if_cuda, param_groups, total_optimizer_steps
 
 STAGES = ("train", "val", "test")
@@ -117,7 +114,7 @@ class Task(LightningModule):
         # Created by LightningCLI, the hyperparameters are the parsed config (class paths, plain values), which
         # load_from_checkpoint can rebuild the network from. Created in Python, the network, optimizer and
         # schedule are objects that a weights_only checkpoint cannot hold: pass them again when loading.
-        from_config = _given_hyperparameters is not None and _given_hyperparameters.get() is not None
+        from_config = built_from_config()
         self.save_hyperparameters(ignore=[] if from_config else ["model", "optimizer", "schedule"], logger=False)
         self.model = model
         self.optimizer = optimizer
@@ -186,7 +183,7 @@ class Task(LightningModule):
             self.check_data(datamodule)
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)  # 4-D parameters only; Lightning's .to keeps it
-        if self.compile_network and getattr(self.model, "_compiled_call_impl", None) is None:
+        if self.compile_network and not is_compiled_in_place(self.model):
             self.model.compile()
 
     def _shared_step(self, batch: Any, stage: str, batch_idx: int | None = None) -> StepOutput:

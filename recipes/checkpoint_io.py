@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from fsspec.implementations.local import LocalFileSystem
+
+from lightning_modules.compat import CheckpointPath
 
 TEMP_SUFFIX = ".tmp"
 
@@ -88,7 +89,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ``Trainer(plugins=[AtomicCheckpointIO()])``.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: CheckpointPath, storage_options: Any | None = None
+    ) -> None:
         if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):
             super().save_checkpoint(checkpoint, path, storage_options)
             return

@@ -28,6 +28,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
+from lightning_modules.compat import SubcommandErrorHook, strategy_checkpoint_io_is_set
 from recipes.callbacks import LoopDoctor, TrainingPlan
 from recipes.checkpoint_io import AtomicCheckpointIO
 from recipes.checkpoints import (
@@ -97,7 +98,7 @@ def loop_started(trainer: Trainer) -> bool:
     return any(p.total.started > 0 for p in progresses)
 
 
-class RecipesCLI(LightningCLI):
+class RecipesCLI(SubcommandErrorHook, LightningCLI):
     """LightningCLI with MLflow tracking, per-run checkpoints and the loop's defaults switched on."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
@@ -306,7 +307,7 @@ class RecipesCLI(LightningCLI):
         if any(isinstance(p, CheckpointIO) for p in plugins):
             return None
         strategy = instantiated.get("strategy")
-        if isinstance(strategy, Strategy) and getattr(strategy, "_checkpoint_io", None) is not None:
+        if isinstance(strategy, Strategy) and strategy_checkpoint_io_is_set(strategy):
             return None
         return [*plugins, AtomicCheckpointIO()]
 
@@ -316,13 +317,11 @@ class RecipesCLI(LightningCLI):
         except INPUT_ERRORS as err:
             raise RecipeInputError(concise_error(err)) from err
 
-    def _run_subcommand(self, subcommand: str) -> None:
-        try:
-            super()._run_subcommand(subcommand)
-        except INPUT_ERRORS as err:
-            if loop_started(self.trainer):
-                raise
-            raise RecipeInputError(concise_error(err)) from err
+    def on_subcommand_error(self, subcommand: str, error: Exception) -> None:
+        """A config, data or checkpoint error before any loop started is an input error (one line, exit 2)."""
+        if isinstance(error, INPUT_ERRORS) and not loop_started(self.trainer):
+            raise RecipeInputError(concise_error(error)) from error
+        raise error
 
     def default_callbacks(self, cfg: Namespace) -> list[Callback]:
         """Callbacks every recipe gets: checkpoints, LR monitor, early stopping, predictions, epoch lines."""

@@ -46,6 +46,7 @@ from torch.optim.lr_scheduler import CyclicLR, OneCycleLR
 from torch.utils.data import DataLoader, Dataset
 from torchmetrics import Metric, MetricCollection
 
+from lightning_modules.compat import time_train_fetches, untime_train_fetches
 from lightning_modules.language_model import LanguageModelModule
 from lightning_modules.task import Task, split_batch
 from recipes.tracking import find_mlflow_logger
@@ -374,31 +375,19 @@ class LoopDoctor(Callback):
         measures the loader alone. Without those hooks (another Lightning version) the gap is measured as on one
         device.
         """
-        loop = trainer.fit_loop.epoch_loop
-        before = getattr(loop, "_on_before_fetch", None)
-        after = getattr(loop, "_on_after_fetch", None)
-        if not (callable(before) and callable(after)):
-            return
-
-        def timed_before() -> None:
+        def started() -> None:
             self._fetch_started = time.perf_counter()
-            before()
 
-        def timed_after() -> None:
-            after()
+        def finished() -> None:
             if self._fetch_started is not None and self._fetch_seconds is not None:
                 self._fetch_seconds += time.perf_counter() - self._fetch_started
             self._fetch_started = None
 
-        loop._on_before_fetch = timed_before  # instance attributes: read by the loop at every epoch start
-        loop._on_after_fetch = timed_after
-        self._fetch_seconds = 0.0
+        if time_train_fetches(trainer, started, finished):
+            self._fetch_seconds = 0.0
 
     def _untime_fetches(self, trainer: pl.Trainer) -> None:
-        loop = trainer.fit_loop.epoch_loop
-        for name in ("_on_before_fetch", "_on_after_fetch"):
-            if name in vars(loop):
-                delattr(loop, name)
+        untime_train_fetches(trainer)
         self._fetch_seconds = None
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -17,6 +17,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from lightning_modules.compat import epoch_batches_done
+
 
 def _epoch_end_pending(trainer: pl.Trainer) -> bool:
     """Whether the epoch's batches are done but the fit loop has not finished the epoch (so the plateau step of this
@@ -25,7 +27,7 @@ def _epoch_end_pending(trainer: pl.Trainer) -> bool:
     progress = fit_loop.epoch_progress.current
     if progress.completed >= progress.ready:  # FitLoop.on_advance_end has finished: the step is taken
         return False
-    return bool(fit_loop.epoch_loop._num_ready_batches_reached())
+    return epoch_batches_done(trainer)
 
 
 class PlateauStepOnResume(Callback):

@@ -1,0 +1,207 @@
+"""The one place where loopwise touches private names of Lightning and torch.
+
+Every name below is private (a leading underscore) in the library that owns it and may change in any release. Code
+elsewhere in ``lightning_modules``, ``datamodules``, ``recipes`` and ``benchmarks`` calls the small functions of
+this module instead (``tests/test_structure.py`` fails when a private name appears anywhere else), and
+``tests/test_compat.py`` probes each one against the installed versions: after an upgrade, a failing probe names the
+function here to update, instead of a silent change of behaviour in the middle of a training run.
+
+It lives in ``lightning_modules`` because that is the package every other one may import (``recipes`` imports it,
+``lightning_modules`` itself needs it); it imports Lightning and torch only, never MLflow.
+
+``PRIVATE_NAMES`` lists what each function relies on, for the probes and for the audit of an upgrade.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+from torch import nn
+
+try:  # set by LightningCLI while it instantiates a module from a config (Lightning >= 2.3)
+    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters as _GIVEN_HYPERPARAMETERS
+except ImportError:  # pragma: no cover - another Lightning without it: modules count as built in Python
+    _GIVEN_HYPERPARAMETERS = None
+
+# Lightning's ``_PATH`` (lightning.fabric.utilities.types): what a CheckpointIO accepts as a path
+CheckpointPath = Union[str, Path]
+
+# torch's common base of BatchNorm*d, InstanceNorm*d and SyncBatchNorm (``nn.modules.batchnorm._NormBase``)
+BATCH_AND_INSTANCE_NORM: type[nn.Module] = nn.modules.batchnorm._NormBase
+
+PRIVATE_NAMES: dict[str, str] = {
+    "built_from_config": "lightning.pytorch.core.mixins.hparams_mixin._given_hyperparameters (a ContextVar)",
+    "is_compiled_in_place": "torch.nn.Module._compiled_call_impl (set by Module.compile())",
+    "optimizer_has_stepped": "torch.optim.Optimizer._opt_called (set by the step-counting wrapper)",
+    "BATCH_AND_INSTANCE_NORM": "torch.nn.modules.batchnorm._NormBase",
+    "stop_after_this_batch": "Trainer._signal_connector.received_sigterm",
+    "can_stop_after_this_batch": "Trainer._signal_connector",
+    "epoch_batches_done": "fit_loop.epoch_loop._num_ready_batches_reached()",
+    "time_train_fetches": "fit_loop.epoch_loop._on_before_fetch / _on_after_fetch (profiler hooks around a fetch)",
+    "strategy_checkpoint_io_is_set": "Strategy._checkpoint_io",
+    "SubcommandErrorHook": "LightningCLI._run_subcommand",
+    "mlflow_logger_*": "MLFlowLogger._initialized, _log_model, _checkpoint_callback, _logged_model_time, "
+    "_log_batch_kwargs, _experiment_name",
+    "checkpoint_state_key": "Callback._generate_state_key",
+}
+
+
+# --- lightning_modules ----------------------------------------------------------------------------------------
+def built_from_config() -> bool:
+    """Whether LightningCLI is instantiating a module from a parsed config right now (then the module's
+    hyperparameters are the config: class paths and plain values that ``load_from_checkpoint`` can rebuild)."""
+    return _GIVEN_HYPERPARAMETERS is not None and _GIVEN_HYPERPARAMETERS.get() is not None
+
+
+def given_hyperparameters_var() -> contextvars.ContextVar | None:
+    """Lightning's context variable behind ``built_from_config`` (``None`` where this Lightning has none)."""
+    return _GIVEN_HYPERPARAMETERS
+
+
+def is_compiled_in_place(module: nn.Module) -> bool:
+    """Whether ``module.compile()`` (in place, parameter names unchanged) has been called on ``module``."""
+    return getattr(module, "_compiled_call_impl", None) is not None
+
+
+def optimizer_has_stepped(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step()`` has run at least once (its state may still be empty, e.g. plain SGD)."""
+    return bool(optimizer.state) or bool(getattr(optimizer, "_opt_called", False))
+
+
+# --- the Trainer --------------------------------------------------------------------------------------------------
+def can_stop_after_this_batch(trainer: Any) -> bool:
+    """Whether this Trainer has the signal connector that ``stop_after_this_batch`` uses."""
+    return hasattr(getattr(trainer, "_signal_connector", None), "received_sigterm")
+
+
+def stop_after_this_batch(trainer: Any) -> None:
+    """Make Lightning stop as it does after SIGTERM: it raises ``SIGTERMException`` (on every rank) at the end of the
+    current training batch, and ``on_exception`` callbacks run."""
+    trainer._signal_connector.received_sigterm = True
+
+
+def epoch_batches_done(trainer: Any) -> bool:
+    """Whether the fit loop's epoch loop has run all the batches of the current epoch."""
+    return bool(trainer.fit_loop.epoch_loop._num_ready_batches_reached())
+
+
+def time_train_fetches(trainer: Any, before: Callable[[], None], after: Callable[[], None]) -> bool:
+    """Call ``before()`` just before and ``after()`` just after each fetch of a training batch, around Lightning's own
+    hooks there (which the epoch loop reads at every epoch start). Returns ``False``, changing nothing, where this
+    Lightning has no such hooks. ``untime_train_fetches`` undoes it."""
+    loop = trainer.fit_loop.epoch_loop
+    lightning_before = getattr(loop, "_on_before_fetch", None)
+    lightning_after = getattr(loop, "_on_after_fetch", None)
+    if not (callable(lightning_before) and callable(lightning_after)):
+        return False
+
+    def timed_before() -> None:
+        before()
+        lightning_before()
+
+    def timed_after() -> None:
+        lightning_after()
+        after()
+
+    loop._on_before_fetch = timed_before  # instance attributes shadow the loop's methods
+    loop._on_after_fetch = timed_after
+    return True
+
+
+def untime_train_fetches(trainer: Any) -> None:
+    """Undo ``time_train_fetches``: the epoch loop's own fetch hooks again."""
+    loop = trainer.fit_loop.epoch_loop
+    for name in ("_on_before_fetch", "_on_after_fetch"):
+        if name in vars(loop):
+            delattr(loop, name)
+
+
+def strategy_checkpoint_io_is_set(strategy: Any) -> bool:
+    """Whether a strategy instance was given its own ``CheckpointIO`` (then a plugin must not replace it)."""
+    return getattr(strategy, "_checkpoint_io", None) is not None
+
+
+# --- callbacks and loggers ---------------------------------------------------------------------------------------
+def checkpoint_state_key(callback: Any, **identity: Any) -> str:
+    """The key under which Lightning stores a callback's state in a checkpoint (class name plus ``identity``)."""
+    return callback._generate_state_key(**identity)
+
+
+def mlflow_logger_run_created(logger: Any) -> bool:
+    """Whether Lightning's ``MLFlowLogger`` has created (or attached to) its MLflow run yet."""
+    return bool(logger._initialized)
+
+
+def mlflow_logger_log_model(logger: Any) -> bool | str:
+    """The ``log_model`` setting of an ``MLFlowLogger`` (``True``, ``False`` or ``"all"``)."""
+    return logger._log_model
+
+
+def mlflow_logger_experiment_name(logger: Any) -> str:
+    """The experiment name an ``MLFlowLogger`` was given ("" if none)."""
+    return str(getattr(logger, "_experiment_name", "") or "")
+
+
+def mlflow_logger_uploaded_files(logger: Any) -> dict[str, Any]:
+    """The logger's record of checkpoint files already uploaded (``name -> stamp``), which Lightning consults too."""
+    return logger._logged_model_time
+
+
+def mlflow_logger_forget_checkpoints(logger: Any) -> None:
+    """Stop Lightning's ``MLFlowLogger.finalize`` from uploading checkpoints itself (under its own names)."""
+    logger._checkpoint_callback = None
+
+
+@contextmanager
+def mlflow_logger_unbuffered(logger: Any) -> Iterator[None]:
+    """Within the block, the ``MLFlowLogger`` writes synchronously (no ``synchronous=False`` batching kwargs)."""
+    kwargs, logger._log_batch_kwargs = logger._log_batch_kwargs, {}
+    try:
+        yield
+    finally:
+        logger._log_batch_kwargs = kwargs
+
+
+# --- LightningCLI -------------------------------------------------------------------------------------------------
+class SubcommandErrorHook:
+    """Mixin for a ``LightningCLI`` subclass: an exception raised while a subcommand runs (``fit``, ``test``, ...)
+    goes to ``self.on_subcommand_error(subcommand, error)``, which may raise another one or re-raise it."""
+
+    def on_subcommand_error(self, subcommand: str, error: Exception) -> None:
+        """Called with the exception a subcommand raised; the default re-raises it."""
+        raise error
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)  # type: ignore[misc]
+        except Exception as err:  # noqa: BLE001  (the hook decides)
+            self.on_subcommand_error(subcommand, err)
+
+
+__all__ = [
+    "BATCH_AND_INSTANCE_NORM",
+    "PRIVATE_NAMES",
+    "CheckpointPath",
+    "SubcommandErrorHook",
+    "built_from_config",
+    "can_stop_after_this_batch",
+    "checkpoint_state_key",
+    "epoch_batches_done",
+    "is_compiled_in_place",
+    "mlflow_logger_experiment_name",
+    "mlflow_logger_forget_checkpoints",
+    "mlflow_logger_log_model",
+    "mlflow_logger_run_created",
+    "mlflow_logger_unbuffered",
+    "mlflow_logger_uploaded_files",
+    "optimizer_has_stepped",
+    "stop_after_this_batch",
+    "strategy_checkpoint_io_is_set",
+    "time_train_fetches",
+    "untime_train_fetches",
+]
