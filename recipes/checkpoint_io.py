@@ -25,7 +25,7 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from fsspec.implementations.local import LocalFileSystem
 
-from lightning_modules.compat import CheckpointPath
+from lightning_modules.compat import CheckpointPath, strategy_checkpoint_io_is_set
 
 TEMP_SUFFIX = ".tmp"
 
@@ -101,4 +101,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         atomic_torch_save(checkpoint, local)
 
 
-__all__ = ["AtomicCheckpointIO", "atomic_torch_save"]
+def with_atomic_checkpoint_io(plugins: Any, strategy: Any) -> list[Any] | None:
+    """The trainer's ``plugins`` plus ``AtomicCheckpointIO``, unless a ``CheckpointIO`` is configured already (in
+    ``plugins`` or on a strategy instance): ``None`` then, and the configured one is used."""
+    from lightning.fabric.plugins import CheckpointIO  # noqa: PLC0415
+    from lightning.pytorch.strategies import Strategy  # noqa: PLC0415
+
+    plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    if any(isinstance(p, CheckpointIO) for p in plugins):
+        return None
+    if isinstance(strategy, Strategy) and strategy_checkpoint_io_is_set(strategy):
+        return None
+    return [*plugins, AtomicCheckpointIO()]
+
+
+__all__ = ["AtomicCheckpointIO", "atomic_torch_save", "with_atomic_checkpoint_io"]

@@ -8,7 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from recipes.tracking import find_mlflow_logger
+from recipes.tracked_run import tracked_run
 
 
 def confusion_figure(matrix: Tensor, class_names: Sequence[str] | None = None, title: str = "") -> Any:
@@ -45,15 +45,15 @@ class ConfusionMatrixArtifact(Callback):
 
     def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         matrices = getattr(pl_module, "last_confusion_matrix", None)
-        logger = find_mlflow_logger(trainer.loggers)
-        if not matrices or stage not in matrices or logger is None or not trainer.is_global_zero:
+        run = tracked_run(trainer)
+        if not matrices or stage not in matrices or run is None or not trainer.is_global_zero:
             return
         import matplotlib.pyplot as plt
 
         names = getattr(trainer.datamodule, "class_names", None)
         fig = confusion_figure(matrices[stage], names, f"{stage}, epoch {trainer.current_epoch}")
         try:
-            logger.experiment.log_figure(logger.run_id, fig, f"confusion_matrix_{stage}.png")
+            run.log_figure(fig, f"confusion_matrix_{stage}.png")
         finally:
             plt.close(fig)
 

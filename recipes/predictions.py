@@ -12,7 +12,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
-from recipes.tracking import find_mlflow_logger
+from recipes.tracked_run import tracked_run
 
 
 class PredictionCsvWriter(BasePredictionWriter):
@@ -57,9 +57,9 @@ class PredictionCsvWriter(BasePredictionWriter):
             writer.writerows(outputs.tolist())
         self.written = target
         print(f"predictions: {len(outputs)} rows -> {target}")
-        logger = find_mlflow_logger(trainer.loggers)
-        if logger is not None:
-            logger.experiment.log_artifact(logger.run_id, str(target), "predictions")
+        run = tracked_run(trainer)
+        if run is not None:
+            run.log_file(str(target), "predictions")
 
 
 def gather_in_sample_order(outputs: Tensor | None, batch_indices: Sequence[Any] | None) -> Tensor | None:

@@ -8,7 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.cli import SaveConfigCallback
 
-from recipes.tracking import find_mlflow_logger, log_params_once
+from recipes.tracked_run import tracked_run
 
 
 def curated_params(trainer: pl.Trainer, module: pl.LightningModule, seed: Any) -> dict[str, Any]:
@@ -60,14 +60,14 @@ class RunRecord(SaveConfigCallback):
     """
 
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        logger = find_mlflow_logger(trainer.loggers)
-        if logger is None:
+        run = tracked_run(trainer)
+        if run is None:
             return
         text = self.parser.dump(self.config, skip_none=False)
-        logger.experiment.log_text(logger.run_id, text, self.config_filename)
+        run.log_text(text, self.config_filename)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        logger = find_mlflow_logger(trainer.loggers)
-        if logger is None or not trainer.is_global_zero:
+        run = tracked_run(trainer)
+        if run is None or not trainer.is_global_zero:
             return
-        log_params_once(logger, curated_params(trainer, pl_module, self.config.get("seed_everything")))
+        run.log_params_once(curated_params(trainer, pl_module, self.config.get("seed_everything")))

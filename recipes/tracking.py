@@ -14,6 +14,14 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from lightning_modules.compat import (
+    mlflow_logger_experiment_name,
+    mlflow_logger_forget_checkpoints,
+    mlflow_logger_log_model,
+    mlflow_logger_run_created,
+    mlflow_logger_unbuffered,
+    mlflow_logger_uploaded_files,
+)
 from recipes.checkpoint_upload import CheckpointUploader, file_identity
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
@@ -146,24 +154,25 @@ class RecipeLogger(MLFlowLogger):
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
         self._uploader = CheckpointUploader(self._upload_file, min_interval_s=checkpoint_upload_interval)
         self.resumed = run_id is not None
-        self.killed_by: str | None = None  # set by ``RunContinuity`` when SIGTERM/SIGINT interrupts training
+        self.killed_by: str | None = None  # the signal that stopped training (``mark_killed``), if any
 
     @property
     def experiment_name(self) -> str:
         """Name of the MLflow experiment this logger writes to."""
-        return self._experiment_name
+        return mlflow_logger_experiment_name(self)
+
+    def mark_killed(self, reason: str) -> None:
+        """Training was stopped from outside (``reason``: "SIGTERM" or "SIGINT"): the run ends KILLED, not FAILED."""
+        self.killed_by = reason
 
     def log_hyperparams(self, params: Any) -> None:
         """Params are written at once (not queued): ``log_params_once`` reads them back to find changed values."""
-        kwargs, self._log_batch_kwargs = self._log_batch_kwargs, {}
-        try:
+        with mlflow_logger_unbuffered(self):
             super().log_hyperparams(params)
-        finally:
-            self._log_batch_kwargs = kwargs
 
     def add_tags(self, tags: dict[str, Any]) -> None:
         """Tags for the run: set at creation if it does not exist yet, else written to it now (rank 0)."""
-        if self._initialized and rank_zero_only.rank == 0:
+        if mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
             for key, value in tags.items():
                 self.experiment.set_tag(self.run_id, key, str(value))
         else:
@@ -181,16 +190,16 @@ class RecipeLogger(MLFlowLogger):
     def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
         """Remember every checkpoint callback (Lightning's logger keeps only the latest); upload now for "all"."""
         self._checkpoint_callbacks[checkpoint_callback.state_key] = checkpoint_callback
-        if self._log_model == "all":
+        if mlflow_logger_log_model(self) == "all":
             self.upload_checkpoints(checkpoint_callback)
 
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
-        if self._initialized and self._log_model:
+        if mlflow_logger_run_created(self) and mlflow_logger_log_model(self):
             for callback in self._checkpoint_callbacks.values():
                 self.upload_checkpoints(callback)
         self._uploader.close()
-        self._checkpoint_callback = None  # uploaded above, under fixed names
+        mlflow_logger_forget_checkpoints(self)  # uploaded above, under fixed names
         if status == "failed" and self.killed_by is not None:
             status = "KILLED"  # MLflow's RunStatus for a run stopped from outside (SIGTERM, Ctrl+C)
         super().finalize(status)
@@ -199,22 +208,24 @@ class RecipeLogger(MLFlowLogger):
     def upload_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
         """Queue a callback's checkpoints for upload as ``checkpoints/best.ckpt`` / ``checkpoints/last.ckpt``.
 
-        A ``RunCheckpoint`` names its own alias; a plain ``ModelCheckpoint`` gives its best and last paths.
-        Files already uploaded unchanged are skipped. A background thread sends them (see ``CheckpointUploader``).
+        A callback with an ``artifact_files()`` method (``RunCheckpoint``: ``{alias: file}``) names its own files; a
+        plain ``ModelCheckpoint`` gives its best and last paths. Files already uploaded unchanged are skipped. A
+        background thread sends them (see ``CheckpointUploader``).
         """
-        alias = getattr(checkpoint_callback, "alias", None)
-        if alias is not None:
-            pairs = [(alias, checkpoint_callback.best_model_path)]
+        artifact_files = getattr(checkpoint_callback, "artifact_files", None)
+        if callable(artifact_files):
+            pairs = list(artifact_files().items())
         else:
             pairs = [("best", checkpoint_callback.best_model_path), ("last", checkpoint_callback.last_model_path)]
+        uploaded = mlflow_logger_uploaded_files(self)
         for name, path in pairs:
             if not path or not os.path.isfile(path):
                 continue
             stamp = file_identity(path)
-            if self._logged_model_time.get(name) == stamp:
+            if uploaded.get(name) == stamp:
                 continue
             self._uploader.submit(name, path)
-            self._logged_model_time[name] = stamp
+            uploaded[name] = stamp
 
     def wait_for_uploads(self) -> None:
         """Send every queued checkpoint upload now (whatever the interval) and block until all have finished."""
@@ -223,24 +234,6 @@ class RecipeLogger(MLFlowLogger):
     def _upload_file(self, local_file: str, name: str) -> None:
         """Send one staged ``<name>.ckpt`` to the run's ``checkpoints/`` artifact directory (replacing it)."""
         self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
-
-
-def log_params_once(logger: MLFlowLogger, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """Log the params the run does not hold yet; return ``{param: (logged value, new value)}`` for those it
-    holds with another value.
-
-    MLflow refuses to change a logged param, so on a continued run a changed value keeps the first one and the new
-    value is recorded as the tag ``loopwise.resumed.<param>``. Values compare as Lightning logs them (str, 250
-    characters).
-    """
-    already = logger.experiment.get_run(logger.run_id).data.params
-    changed = {k: (already[k], v) for k, v in params.items() if k in already and already[k] != str(v)[:250]}
-    new = {k: v for k, v in params.items() if k not in already}
-    if new:
-        logger.log_hyperparams(new)
-    for key, (_, value) in changed.items():
-        logger.experiment.set_tag(logger.run_id, f"loopwise.resumed.{key}", str(value))
-    return changed
 
 
 def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:

@@ -25,7 +25,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, DistributedSampler
 
-from recipes.tracking import find_mlflow_logger, log_params_once
+from recipes.tracked_run import tracked_run
 
 LIGHTNING_DEFAULT_MAX_EPOCHS = 1000  # what Trainer(max_epochs=None, max_steps=-1) trains for
 
@@ -368,10 +368,10 @@ class TrainingPlan(Callback):
             self._log_params(trainer, figures)
 
     def _log_params(self, trainer: pl.Trainer, figures: TrainingPlanFigures) -> None:
-        logger = find_mlflow_logger(trainer.loggers)
-        if logger is None or not trainer.is_global_zero:
+        run = tracked_run(trainer)
+        if run is None or not trainer.is_global_zero:
             return
-        changed = log_params_once(logger, figures.as_params())
+        changed = run.log_params_once(figures.as_params())
         if changed:
             shown = ", ".join(f"{k}: run has {old}, now {new}" for k, (old, new) in sorted(changed.items()))
             self._warn(trainer, f"this run already logged a different plan (resumed with other settings?): {shown}")

@@ -19,7 +19,7 @@ from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
 from lightning_modules.optim import Plateau
 from recipes.callbacks import LoopDoctor, LoopDoctorWarning, NonFiniteError, ScheduleError
-from recipes.checkpoints import RunCheckpoint
+from recipes.checkpoint_locations import RunCheckpoint
 from recipes.loop_doctor import sample_hashes
 from recipes.tracking import RecipeLogger
 from tests.conftest import mlflow_client

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes.checkpoints import read_run_stamp
+from recipes.checkpoint_files import read_run_stamp
 from recipes.cli import main
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 

@@ -17,7 +17,7 @@ from datamodules import SpiralDataModule
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
 from recipes.checkpoint_upload import CheckpointUploader
-from recipes.checkpoints import RunCheckpoint
+from recipes.checkpoint_locations import RunCheckpoint
 from recipes.tracking import (
     RecipeLogger,
     TrackingServerUnreachable,

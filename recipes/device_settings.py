@@ -1,0 +1,32 @@
+"""The accelerator part of a recipe's config, checked before anything is built: a GPU config on a machine without
+CUDA, or bf16 on a GPU without it, is one clear line instead of a slow or failing run."""
+
+from __future__ import annotations
+
+import torch
+from jsonargparse import Namespace
+
+
+class DeviceSettingError(ValueError):
+    """The trainer's accelerator or precision cannot run on this machine."""
+
+
+def apply_device_settings(cfg: Namespace) -> None:
+    """Check ``trainer.accelerator`` and ``trainer.precision`` against the machine, and apply
+    ``float32_matmul_precision`` on CUDA. Raises ``DeviceSettingError`` with the fix."""
+    precision = str(cfg.trainer.get("precision"))
+    accelerator = str(cfg.trainer.get("accelerator"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise DeviceSettingError(
+            f"trainer.accelerator={accelerator!r} (e.g. from configs/trainer/gpu-*.yaml) but torch sees no CUDA "
+            "device: leave that -c out, use -c configs/trainer/cpu.yaml, or pass --trainer.accelerator cpu"
+        )
+    matmul_precision = cfg.get("float32_matmul_precision")
+    if matmul_precision and accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+        torch.set_float32_matmul_precision(matmul_precision)
+    if precision.startswith("bf16") and accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+        if not torch.cuda.is_bf16_supported():
+            raise DeviceSettingError(
+                f"precision {precision!r} was requested but {torch.cuda.get_device_name()} has no bf16 support: "
+                "use -c configs/trainer/gpu-fp16.yaml (16-mixed with a GradScaler) instead"
+            )

@@ -1,0 +1,124 @@
+"""A fit stopped from outside (SIGTERM, Ctrl+C) ends cleanly: after the current batch, on every DDP rank together,
+with ``last.ckpt`` saved and the MLflow run marked KILLED.
+
+``StopOnSignal`` is shaped like Lightning's ``OnExceptionCheckpoint`` (which saves on any exception): it saves on the
+interruptions only, into the run's own ``last.ckpt`` (its ``RunCheckpoint``), and tells the loggers why the run ended.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import warnings
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from lightning_modules.compat import can_stop_after_this_batch, stop_after_this_batch
+from recipes.checkpoint_locations import RunCheckpoint
+
+SIGNAL_EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+
+
+class StopOnSignal(Callback):
+    """Stop ``fit`` at a batch boundary on SIGTERM or SIGINT, save ``last.ckpt`` and mark the run KILLED.
+
+    * SIGTERM (Lightning's signal connector raises ``SIGTERMException`` after the current batch) or SIGINT/Ctrl+C
+      during fit: ``last.ckpt`` is written to the run's checkpoint directory and the run ends ``KILLED`` instead
+      of ``FAILED``; the process exits 143 (SIGTERM) or 130 (SIGINT). A first SIGINT is routed into Lightning's
+      SIGTERM path, so training stops at a batch boundary and the checkpoint is consistent; a second one raises
+      ``KeyboardInterrupt`` at once (Lightning's own handling: the run still ends ``KILLED``, exit code 1, and no
+      checkpoint is written since the interrupted step may be half done; the previous ``last.ckpt`` stays).
+      Other exceptions leave Lightning's ``FAILED``.
+    * Under DDP a signal only marks itself pending; after every train batch the ranks agree on it (an
+      ``all_reduce``), so all of them stop after the same batch and save ``last.ckpt`` together. Lightning 2.6's
+      own SIGTERM handler calls ``dist.broadcast`` inside the signal handler, at whatever point rank 0 is (e.g. in
+      the forward pass while rank 1 waits in the backward all-reduce): a deadlock, so under DDP it is replaced
+      during training too.
+    * Loggers with a ``mark_killed(reason)`` method (``RecipeLogger``) are told which signal ended the run.
+    """
+
+    def __init__(self) -> None:
+        self.interrupted: str | None = None
+        self._pending_signal: int | None = None  # DDP only: the signal received and not yet agreed on (0: none)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.interrupted = None
+        self._pending_signal = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._route_signals(trainer)
+
+    def _route_signals(self, trainer: pl.Trainer) -> None:
+        """First SIGINT: stop after the current batch like SIGTERM does; Lightning's teardown restores the handler
+        that was installed before ``fit`` (it saves all handlers when it registers its own)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            if self.interrupted == "SIGINT" or self._pending_signal or not can_stop_after_this_batch(trainer):
+                raise KeyboardInterrupt
+            if distributed:
+                self._pending_signal = signal.SIGINT
+            else:
+                self.interrupted = "SIGINT"
+                stop_after_this_batch(trainer)
+            print("SIGINT: stopping after this batch (press Ctrl+C again to abort at once)", flush=True)
+
+        signal.signal(signal.SIGINT, on_sigint)
+        if distributed:
+
+            def on_sigterm(signum: int, frame: Any) -> None:
+                self._pending_signal = signal.SIGTERM
+
+            self._pending_signal = 0
+            signal.signal(signal.SIGTERM, on_sigterm)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """DDP: agree on a pending signal (SIGTERM wins over SIGINT); every rank then stops after this batch."""
+        if self._pending_signal is None:
+            return
+        flag = torch.tensor([int(self._pending_signal)], device=trainer.strategy.root_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        agreed = int(flag.item())
+        if agreed:
+            self.interrupted = "SIGINT" if agreed == signal.SIGINT else "SIGTERM"
+            if trainer.is_global_zero:
+                print(f"{self.interrupted}: every process stops after this batch", flush=True)
+            stop_after_this_batch(trainer)  # Lightning raises SIGTERMException on every rank
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
+            return
+        if isinstance(exception, SIGTERMException):
+            self.interrupted = self.interrupted or "SIGTERM"
+            exception.code = SIGNAL_EXIT_CODES[self.interrupted]
+        else:  # a second Ctrl+C (or one before training started): the step may be half done, keep last.ckpt
+            self.interrupted = "SIGINT"
+        for logger in trainer.loggers:
+            mark_killed = getattr(logger, "mark_killed", None)
+            if callable(mark_killed):
+                mark_killed(self.interrupted)
+        last = next(
+            (c for c in trainer.checkpoint_callbacks if isinstance(c, RunCheckpoint) and c.alias == "last"), None
+        )
+        if last is None or last.path is None or trainer.state.fn != "fit" or isinstance(exception, KeyboardInterrupt):
+            return
+        try:
+            path = last.save_now(trainer)
+        except Exception as err:  # noqa: BLE001  (the run is ending anyway; say so and keep the status right)
+            warnings.warn(f"StopOnSignal: could not save {last.path} after {self.interrupted}: {err}", stacklevel=2)
+            return
+        if trainer.is_global_zero:
+            print(
+                f"{self.interrupted} received: saved {path} at step {trainer.global_step}; "
+                f"resume with --ckpt_path {path} (or last)",
+                flush=True,
+            )

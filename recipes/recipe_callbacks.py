@@ -1,0 +1,132 @@
+"""The callbacks every recipe gets, and their order, as data.
+
+``RECIPE_CALLBACKS`` is the table: one row per callback, in the order the trainer receives them, each with the
+stages it serves, whether it applies to this run, and why it stands where it does. ``recipe_callbacks`` builds the
+rows that apply. (Lightning itself moves checkpoint callbacks after all others, so ``best``/``last`` are saved once
+every other callback has seen the validation; the table lists them where the recipe adds them.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
+
+from recipes.callbacks import LoopDoctor, TrainingPlan
+from recipes.checkpoint_locations import RunCheckpoint
+from recipes.confusion_matrix import ConfusionMatrixArtifact
+from recipes.interruptions import StopOnSignal
+from recipes.plateau_resume import PlateauStepOnResume
+from recipes.predictions import PredictionCsvWriter
+from recipes.progress import EpochSummary
+from recipes.random_state import RandomStates
+from recipes.run_continuity import RunContinuity
+
+
+@dataclass(frozen=True)
+class RecipeRun:
+    """What the callbacks of one recipe run are built from."""
+
+    stage: str  # "fit", "validate", "test" or "predict"
+    experiment: str
+    checkpoints_dir: str
+    monitor: str
+    monitor_mode: str
+    tracked: bool  # a logger is configured
+    early_stopping_patience: int | None = None
+    predictions_path: str | None = None
+    loop_doctor: dict[str, Any] | None = None  # LoopDoctor's arguments (fit)
+    interactive: bool = False  # stdout is a terminal (a progress bar, no epoch lines)
+
+
+@dataclass(frozen=True)
+class CallbackSlot:
+    """One row of the table: a callback, the stages it serves, when it applies and why it stands there."""
+
+    name: str
+    stages: tuple[str, ...]
+    build: Callable[[RecipeRun], Callback]
+    why_here: str
+    applies: Callable[[RecipeRun], bool] = lambda run: True
+
+
+def _predictions_path(run: RecipeRun) -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return run.predictions_path or f"predictions/{run.experiment}-{stamp}.csv"
+
+
+FIT = ("fit",)
+EVALUATION = ("fit", "validate", "test")
+
+RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
+    CallbackSlot(
+        "training_plan", FIT, lambda run: TrainingPlan(), "first, so the plan prints before the epoch lines"
+    ),
+    CallbackSlot("run_continuity", FIT, lambda run: RunContinuity(), "stamps checkpoints with the MLflow run"),
+    CallbackSlot("stop_on_signal", FIT, lambda run: StopOnSignal(), "SIGTERM/SIGINT: last.ckpt, run KILLED"),
+    CallbackSlot(
+        "random_states", FIT, lambda run: RandomStates(), "a resumed run draws what an uninterrupted one would"
+    ),
+    CallbackSlot(
+        "plateau_step_on_resume",
+        FIT,
+        lambda run: PlateauStepOnResume(),
+        "the plateau step Lightning skips on resume",
+    ),
+    CallbackSlot(
+        "best_checkpoint",
+        FIT,
+        lambda run: RunCheckpoint(
+            run.checkpoints_dir, run.experiment, "best", monitor=run.monitor, mode=run.monitor_mode
+        ),
+        "best.ckpt by the task's monitor",
+    ),
+    CallbackSlot(
+        "last_checkpoint",
+        FIT,
+        lambda run: RunCheckpoint(run.checkpoints_dir, run.experiment, "last"),
+        "last.ckpt after every validation; StopOnSignal saves into it",
+    ),
+    CallbackSlot(
+        "lr_monitor",
+        FIT,
+        lambda run: LearningRateMonitor(logging_interval="step"),
+        "the LR of every optimizer step, where a logger records it",
+        applies=lambda run: run.tracked,
+    ),
+    CallbackSlot(
+        "early_stopping",
+        FIT,
+        lambda run: EarlyStopping(monitor=run.monitor, mode=run.monitor_mode, patience=run.early_stopping_patience),
+        "only where the recipe sets a patience",
+        applies=lambda run: run.early_stopping_patience is not None,
+    ),
+    CallbackSlot("confusion_matrix", EVALUATION, lambda run: ConfusionMatrixArtifact(), "a PNG per evaluated split"),
+    CallbackSlot("predictions", ("predict",), lambda run: PredictionCsvWriter(_predictions_path(run)), "the CSV"),
+    CallbackSlot(
+        "epoch_summary",
+        ("fit", "validate", "test", "predict"),
+        lambda run: EpochSummary(),
+        "one line per epoch where stdout is not a terminal",
+        applies=lambda run: not run.interactive,
+    ),
+    CallbackSlot(
+        "loop_doctor",
+        FIT,
+        lambda run: LoopDoctor(**(run.loop_doctor or {})),
+        "last: its batch timer then counts the other callbacks' batch hooks as compute, not as data wait",
+    ),
+)
+
+
+def recipe_callbacks(run: RecipeRun) -> list[Callback]:
+    """The callbacks of ``RECIPE_CALLBACKS`` that apply to ``run``, in the table's order."""
+    return [slot.build(run) for slot in RECIPE_CALLBACKS if run.stage in slot.stages and slot.applies(run)]
+
+
+def callback_names(run: RecipeRun) -> list[str]:
+    """The names of the rows ``recipe_callbacks(run)`` builds, in order (for tests and ``--help`` texts)."""
+    return [slot.name for slot in RECIPE_CALLBACKS if run.stage in slot.stages and slot.applies(run)]

@@ -1,0 +1,115 @@
+"""The tracking part of a recipe's config: the ``RecipeLogger`` under ``trainer.logger``, its experiment and store.
+
+``RecipesCLI`` calls these at fixed points: ``configure_tracking`` after parsing (experiment name, a tracking server
+that answers), ``prepare_tracking`` before the classes are built (no logger under ``fast_dev_run``; the SQLite store
+made once), and ``start_tracked_run`` once the trainer exists (run tags, a continued run reopened).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from jsonargparse import Namespace
+from lightning.pytorch import Trainer
+
+from recipes.sqlite_store import prepare_sqlite_store
+from recipes.tracking import RecipeLogger, check_tracking_server, default_tracking_uri
+
+DEFAULT_EXPERIMENT = "loopwise"
+RECIPE_LOGGER_CLASS_PATH = "recipes.tracking.RecipeLogger"
+
+
+def logger_config(cfg: Namespace) -> object:
+    """``trainer.logger`` of a parsed config as it stands (a Namespace, a list, ``True``/``False`` or ``None``)."""
+    return cfg.get("trainer", Namespace()).get("logger")
+
+
+def recipe_logger_config(cfg: Namespace) -> Namespace | None:
+    """The ``RecipeLogger`` entry of ``trainer.logger`` (class path ``recipes.tracking.RecipeLogger`` or a name that
+    ends in ``RecipeLogger``), or ``None`` when the recipe logs elsewhere or not at all."""
+    logger = logger_config(cfg)
+    if isinstance(logger, Namespace) and logger.get("class_path", "").endswith("RecipeLogger"):
+        return logger
+    return None
+
+
+def recipe_name(cfg: Namespace) -> str:
+    """The recipe's file stem: the first ``-c`` file."""
+    paths = cfg.get("config") or []
+    for path in paths:
+        return Path(str(path)).stem
+    return DEFAULT_EXPERIMENT
+
+
+def tracking_uri(cfg: Namespace) -> str:
+    """The tracking URI the logger will use: its ``tracking_uri``, else the default (read now)."""
+    logger = logger_config(cfg)
+    if isinstance(logger, Namespace):
+        uri = logger.get("init_args", Namespace()).get("tracking_uri")
+        if uri:
+            return str(uri)
+    return default_tracking_uri()
+
+
+def experiment_name(cfg: Namespace) -> str:
+    """MLflow experiment of this run: the logger's ``experiment_name``, else the recipe name."""
+    logger = logger_config(cfg)
+    if isinstance(logger, Namespace):
+        name = logger.get("init_args", Namespace()).get("experiment_name")
+        if name:
+            return str(name)
+    return recipe_name(cfg)
+
+
+def configure_tracking(cfg: Namespace) -> None:
+    """After parsing: the ``RecipeLogger``'s experiment defaults to the recipe name, and a tracking server that does
+    not answer stops the recipe now (``TrackingServerUnreachable``), not at its first log call."""
+    logger = recipe_logger_config(cfg)
+    if logger is None:
+        return
+    if not logger.get("init_args.experiment_name"):
+        logger["init_args.experiment_name"] = recipe_name(cfg)
+    check_tracking_server(tracking_uri(cfg))
+
+
+def prepare_tracking(cfg: Namespace) -> None:
+    """Before the classes are built: no logger under ``fast_dev_run``, and the SQLite store ready for the run."""
+    if cfg.trainer.get("fast_dev_run") and logger_config(cfg) not in (False, None):
+        # Lightning swaps every logger for a dummy under fast_dev_run; not building the MLflow logger saves
+        # importing mlflow and opening (or creating) the tracking store, a large share of a smoke run's start-up
+        cfg.trainer.logger = False
+    if recipe_logger_config(cfg) is not None:
+        # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
+        # (before the logger is built: MLflow's client opens, and creates, the database then)
+        prepare_sqlite_store(tracking_uri(cfg), experiment_name(cfg))
+
+
+def is_tracked(cfg: Namespace) -> bool:
+    """Whether the run has a logger at all (``trainer.logger`` not ``false``/``null``)."""
+    return logger_config(cfg) not in (False, None)
+
+
+def git_commit(cwd: Path) -> str | None:
+    """HEAD of the git repository containing ``cwd``, if any."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def start_tracked_run(trainer: Trainer, cfg: Namespace, stage: str) -> None:
+    """Once the trainer exists: tag the run (recipe, stage, checkpoint, git commit) and reopen a continued run."""
+    for logger in trainer.loggers:
+        if isinstance(logger, RecipeLogger):
+            tags = {"loopwise.recipe": recipe_name(cfg), "loopwise.stage": stage}
+            if cfg.get("ckpt_path"):
+                tags["loopwise.ckpt_path"] = cfg.ckpt_path
+            commit = git_commit(Path.cwd())
+            if commit:
+                tags["loopwise.git_commit"] = commit
+            logger.add_tags(tags)
+            logger.reopen()
