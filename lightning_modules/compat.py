@@ -37,7 +37,7 @@ BATCH_AND_INSTANCE_NORM: type[nn.Module] = nn.modules.batchnorm._NormBase
 PRIVATE_NAMES: dict[str, str] = {
     "built_from_config": "lightning.pytorch.core.mixins.hparams_mixin._given_hyperparameters (a ContextVar)",
     "is_compiled_in_place": "torch.nn.Module._compiled_call_impl (set by Module.compile())",
-    "optimizer_has_stepped": "torch.optim.Optimizer._opt_called (set by the step-counting wrapper)",
+    "optimizer_has_stepped": "torch.optim.Optimizer._opt_called (set by the step wrapper of an LR scheduler)",
     "BATCH_AND_INSTANCE_NORM": "torch.nn.modules.batchnorm._NormBase",
     "stop_after_this_batch": "Trainer._signal_connector.received_sigterm",
     "can_stop_after_this_batch": "Trainer._signal_connector",
@@ -69,7 +69,8 @@ def is_compiled_in_place(module: nn.Module) -> bool:
 
 
 def optimizer_has_stepped(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer.step()`` has run at least once (its state may still be empty, e.g. plain SGD)."""
+    """Whether ``optimizer.step()`` has run: it holds state, or the step wrapper that an LR scheduler installs has
+    counted a call (plain SGD keeps no state)."""
     return bool(optimizer.state) or bool(getattr(optimizer, "_opt_called", False))
 
 
@@ -86,7 +87,8 @@ def stop_after_this_batch(trainer: Any) -> None:
 
 
 def epoch_batches_done(trainer: Any) -> bool:
-    """Whether the fit loop's epoch loop has run all the batches of the current epoch."""
+    """Whether the fit loop's epoch loop has fetched ("readied") every batch of the current epoch: true from the
+    ``on_train_batch_start`` of the epoch's last batch on, through its end-of-epoch validation."""
     return bool(trainer.fit_loop.epoch_loop._num_ready_batches_reached())
 
 

@@ -42,3 +42,114 @@ def test_public_names_of_the_design_import():
     from lightning_modules.models import GPT, MLP, ConvNet, TransformerClassifier  # noqa: F401
     from lightning_modules.optim import Constant, OneCycle, Plateau, WarmupCosine  # noqa: F401
     from recipes.cli import main  # noqa: F401
+
+
+# --- private names of other libraries only in lightning_modules/compat.py (ARCHITECTURE.md, "Lightning internals") --
+COMPAT = REPO / "lightning_modules" / "compat.py"
+FENCED_PACKAGES = ("recipes", "datamodules", "lightning_modules", "benchmarks")
+OWN_PACKAGES = {"recipes", "datamodules", "lightning_modules", "benchmarks"}
+
+
+# namedtuple's documented API carries an underscore only to avoid clashing with field names
+PUBLIC_DESPITE_UNDERSCORE = {"_fields", "_asdict", "_replace", "_make"}
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in PUBLIC_DESPITE_UNDERSCORE
+
+
+def project_files() -> list[Path]:
+    return [p for pkg in FENCED_PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))]
+
+
+def own_modules() -> set[str]:
+    """Module names of the project's own files (benchmarks import ``_common`` as a top-level module)."""
+    return {p.stem for p in project_files()}
+
+
+def own_private_names(paths: list[Path]) -> set[str]:
+    """Private names the project defines itself: ``self._x = ...``, ``def _x``, class-level ``_x = ...``."""
+    names = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and is_private(node.name):
+                names.add(node.name)
+            targets = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                targets = [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Attribute) and is_private(sub.attr):
+                        names.add(sub.attr)
+                    elif isinstance(sub, ast.Name) and is_private(sub.id):
+                        names.add(sub.id)
+    return names
+
+
+def private_uses(path: Path, own: set[str]) -> list[str]:
+    """``file:line what`` for each use of another library's private name in ``path``."""
+    found = []
+    where = path.relative_to(REPO)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in OWN_PACKAGES | own_modules():
+                continue
+            private_module = any(is_private(part) for part in node.module.split("."))
+            for alias in node.names:
+                if private_module or is_private(alias.name):
+                    found.append(f"{where}:{node.lineno} from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Attribute) and is_private(node.attr):
+            value = node.value
+            ours = isinstance(value, ast.Name) and value.id in ("self", "cls")
+            ours = ours or (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super")
+            if not ours or node.attr not in own:
+                found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2:
+                name = node.args[1]
+                if isinstance(name, ast.Constant) and isinstance(name.value, str) and is_private(name.value):
+                    if name.value not in own:
+                        found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_private_names_of_other_libraries_only_in_the_compat_module():
+    files = project_files()
+    own = own_private_names([p for p in files if p != COMPAT])
+    found = [use for path in files if path != COMPAT for use in private_uses(path, own)]
+    assert not found, (
+        "private names of Lightning/torch/MLflow outside lightning_modules/compat.py (add a function there, with a "
+        "probe in tests/test_compat.py):\n" + "\n".join(found)
+    )
+
+
+def test_the_private_name_scan_finds_what_it_should(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from lightning.fabric.utilities.types import _PATH\n"
+        "class C:\n"
+        "    def __init__(self):\n"
+        "        self._mine = 1\n"
+        "    def f(self, trainer):\n"
+        "        trainer._signal_connector.received_sigterm = True\n"
+        "        getattr(trainer, '_checkpoint_io', None)\n"
+        "        return self._mine + self._initialized + super()._run_subcommand('fit')\n"
+    )
+    sample_in_repo = REPO / "tests" / "_private_name_scan_sample.py"
+    sample_in_repo.write_text(sample.read_text())
+    try:
+        own = own_private_names([sample_in_repo])
+        uses = [line.split(" ", 1)[1] for line in private_uses(sample_in_repo, own)]
+    finally:
+        sample_in_repo.unlink()
+    assert sorted(uses) == sorted(
+        [
+            "from lightning.fabric.utilities.types import _PATH",
+            "trainer._signal_connector",
+            "getattr(trainer, '_checkpoint_io', None)",
+            "self._initialized",
+            "super()._run_subcommand",
+        ]
+    )

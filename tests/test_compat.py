@@ -1,0 +1,235 @@
+"""Probes of every private Lightning and torch name behind lightning_modules/compat.py.
+
+Each test exercises one entry of ``compat.PRIVATE_NAMES`` against the installed libraries. When an upgrade renames
+or changes one of them, its probe fails with a message that names the compat function to update, instead of a recipe
+changing behaviour silently.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from pathlib import Path
+
+import lightning
+import pytest
+import torch
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
+from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.strategies import SingleDeviceStrategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch import nn
+
+from lightning_modules import compat
+
+VERSIONS = f"lightning {lightning.__version__}, torch {torch.__version__}"
+
+
+def upgrade_message(entry: str) -> str:
+    return (
+        f"{VERSIONS} changed {compat.PRIVATE_NAMES[entry]}: update {entry} in lightning_modules/compat.py "
+        "(and the code that calls it)"
+    )
+
+
+def tiny_trainer(tmp_path: Path, **kwargs) -> Trainer:
+    defaults = dict(
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        max_epochs=1,
+        limit_train_batches=4,
+        limit_val_batches=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    return Trainer(**{**defaults, **kwargs})
+
+
+PROBED: set[str] = set()
+
+
+def probes(entry: str):
+    """Register the decorated test as the probe of ``compat.PRIVATE_NAMES[entry]``."""
+    PROBED.add(entry)
+    return lambda test: test
+
+
+@probes("built_from_config")
+def test_built_from_config_follows_lightnings_context_variable() -> None:
+    var = compat.given_hyperparameters_var()
+    assert isinstance(var, contextvars.ContextVar), upgrade_message("built_from_config")
+    assert not compat.built_from_config(), upgrade_message("built_from_config")
+    token = var.set({"model": {"class_path": "x"}})
+    try:
+        assert compat.built_from_config(), upgrade_message("built_from_config")
+    finally:
+        var.reset(token)
+
+    seen = []
+
+    class Probe(BoringModel):
+        def __init__(self, width: int = 2) -> None:
+            super().__init__()
+            seen.append(compat.built_from_config())
+
+    LightningCLI(Probe, BoringDataModule, args=[], run=False)
+    assert seen == [True], upgrade_message("built_from_config")
+
+
+@probes("is_compiled_in_place")
+def test_is_compiled_in_place_sees_module_compile() -> None:
+    module = nn.Linear(2, 2)
+    assert not compat.is_compiled_in_place(module), upgrade_message("is_compiled_in_place")
+    module.compile()  # lazy: nothing is compiled until the first call
+    assert compat.is_compiled_in_place(module), upgrade_message("is_compiled_in_place")
+
+
+@probes("optimizer_has_stepped")
+def test_optimizer_has_stepped_without_any_state() -> None:
+    weight = nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)  # plain SGD keeps no state
+    torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)  # wraps optimizer.step to count the calls
+    assert not compat.optimizer_has_stepped(optimizer), upgrade_message("optimizer_has_stepped")
+    weight.sum().backward()
+    optimizer.step()
+    assert not optimizer.state
+    assert compat.optimizer_has_stepped(optimizer), upgrade_message("optimizer_has_stepped")
+
+
+@probes("BATCH_AND_INSTANCE_NORM")
+def test_batch_and_instance_norm_base() -> None:
+    for norm in (nn.BatchNorm1d, nn.BatchNorm2d, nn.InstanceNorm2d, nn.SyncBatchNorm):
+        assert issubclass(norm, compat.BATCH_AND_INSTANCE_NORM), upgrade_message("BATCH_AND_INSTANCE_NORM")
+    assert not issubclass(nn.LayerNorm, compat.BATCH_AND_INSTANCE_NORM)
+
+
+@probes("stop_after_this_batch")
+@probes("can_stop_after_this_batch")
+def test_stop_after_this_batch_raises_lightnings_sigterm_exception(tmp_path: Path) -> None:
+    batches = []
+
+    class StopAtSecond(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            batches.append(batch_idx)
+            if batch_idx == 1:
+                compat.stop_after_this_batch(trainer)
+
+    trainer = tiny_trainer(tmp_path, callbacks=[StopAtSecond()])
+    assert compat.can_stop_after_this_batch(trainer), upgrade_message("can_stop_after_this_batch")
+    with pytest.raises(SIGTERMException):
+        trainer.fit(BoringModel())
+    assert batches == [0, 1], upgrade_message("stop_after_this_batch")
+
+
+@probes("epoch_batches_done")
+def test_epoch_batches_done_after_the_last_batch(tmp_path: Path) -> None:
+    seen = []
+
+    class Watch(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            seen.append(("batch", batch_idx, compat.epoch_batches_done(trainer)))
+
+        def on_validation_end(self, trainer, pl_module) -> None:
+            if not trainer.sanity_checking:
+                seen.append(("validation", None, compat.epoch_batches_done(trainer)))
+
+    tiny_trainer(tmp_path, callbacks=[Watch()], num_sanity_val_steps=0).fit(BoringModel())
+    # the last batch is "ready" (fetched) when its on_train_batch_start runs
+    expected = [("batch", 0, False), ("batch", 1, False), ("batch", 2, False), ("batch", 3, True)]
+    assert seen == expected + [("validation", None, True)], upgrade_message(
+        "epoch_batches_done"
+    )
+
+
+@probes("time_train_fetches")
+def test_time_train_fetches_brackets_every_fetch(tmp_path: Path) -> None:
+    calls = []
+
+    class Timed(Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            hooked = compat.time_train_fetches(trainer, lambda: calls.append("before"), lambda: calls.append("after"))
+            assert hooked, upgrade_message("time_train_fetches")
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            calls.append("batch")
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            compat.untime_train_fetches(trainer)
+
+    trainer = tiny_trainer(tmp_path, callbacks=[Timed()])
+    trainer.fit(BoringModel())
+    assert calls[:3] == ["before", "after", "batch"], upgrade_message("time_train_fetches")
+    assert calls.count("batch") == 4
+    assert calls.count("before") == calls.count("after") >= 4, upgrade_message("time_train_fetches")
+    assert "_on_before_fetch" not in vars(trainer.fit_loop.epoch_loop), upgrade_message("time_train_fetches")
+
+
+@probes("strategy_checkpoint_io_is_set")
+def test_strategy_checkpoint_io_is_set() -> None:
+    cpu = torch.device("cpu")
+    assert not compat.strategy_checkpoint_io_is_set(SingleDeviceStrategy(cpu)), upgrade_message(
+        "strategy_checkpoint_io_is_set"
+    )
+    given = SingleDeviceStrategy(cpu, checkpoint_io=TorchCheckpointIO())
+    assert compat.strategy_checkpoint_io_is_set(given), upgrade_message("strategy_checkpoint_io_is_set")
+
+
+@probes("SubcommandErrorHook")
+def test_subcommand_error_hook_sees_the_error_of_fit(tmp_path: Path) -> None:
+    seen = []
+
+    class Failing(BoringModel):
+        def training_step(self, batch, batch_idx):
+            raise ValueError("broken step")
+
+    class HookedCLI(compat.SubcommandErrorHook, LightningCLI):
+        def on_subcommand_error(self, subcommand: str, error: Exception) -> None:
+            seen.append((subcommand, str(error)))
+            raise RuntimeError("handled") from error
+
+    args = ["fit", "--trainer.fast_dev_run=1", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"]
+    with pytest.raises(RuntimeError, match="handled"):
+        HookedCLI(Failing, BoringDataModule, args=args)
+    assert seen == [("fit", "broken step")], upgrade_message("SubcommandErrorHook")
+
+
+@probes("checkpoint_state_key")
+def test_checkpoint_state_key_is_what_lightning_stores() -> None:
+    callback = ModelCheckpoint(monitor="val/acc", mode="max")
+    key = compat.checkpoint_state_key(
+        callback,
+        monitor="val/acc",
+        mode="max",
+        every_n_train_steps=0,
+        every_n_epochs=1,
+        train_time_interval=None,
+    )
+    assert key == callback.state_key, upgrade_message("checkpoint_state_key")
+
+
+@probes("mlflow_logger_*")
+def test_mlflow_logger_private_state(tmp_path: Path) -> None:
+    logger = MLFlowLogger(
+        experiment_name="compat", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", log_model="all", synchronous=False
+    )
+    message = upgrade_message("mlflow_logger_*")
+    assert compat.mlflow_logger_experiment_name(logger) == "compat", message
+    assert compat.mlflow_logger_log_model(logger) == "all", message
+    assert compat.mlflow_logger_run_created(logger) is False, message
+    assert isinstance(compat.mlflow_logger_uploaded_files(logger), dict), message
+    with compat.mlflow_logger_unbuffered(logger):
+        assert logger._log_batch_kwargs == {}, message
+    assert logger._log_batch_kwargs == {"synchronous": False}, message
+    compat.mlflow_logger_forget_checkpoints(logger)
+    assert logger._checkpoint_callback is None, message
+    assert logger.run_id is not None
+    assert compat.mlflow_logger_run_created(logger) is True, message
+
+
+def test_every_private_name_has_a_probe() -> None:
+    assert PROBED == set(compat.PRIVATE_NAMES), "add a probe here for each entry of compat.PRIVATE_NAMES"

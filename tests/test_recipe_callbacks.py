@@ -1,0 +1,113 @@
+"""The recipe's callbacks and their order come from one table (recipes/recipe_callbacks.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipes import cli
+from recipes.recipe_callbacks import RECIPE_CALLBACKS, RecipeRun, callback_names, recipe_callbacks
+
+from conftest import SPIRAL
+
+
+def run_of(stage: str, **overrides) -> RecipeRun:
+    settings = dict(
+        stage=stage,
+        experiment="spiral_mlp",
+        checkpoints_dir="checkpoints",
+        monitor="val/acc",
+        monitor_mode="max",
+        tracked=True,
+        early_stopping_patience=5,
+        loop_doctor={},
+        interactive=False,
+    )
+    return RecipeRun(**{**settings, **overrides})
+
+
+def test_fit_gets_every_fit_callback_in_the_tables_order():
+    names = callback_names(run_of("fit"))
+    assert names == [
+        "training_plan",
+        "run_continuity",
+        "stop_on_signal",
+        "random_states",
+        "plateau_step_on_resume",
+        "best_checkpoint",
+        "last_checkpoint",
+        "lr_monitor",
+        "early_stopping",
+        "confusion_matrix",
+        "epoch_summary",
+        "loop_doctor",
+    ]
+    assert names[0] == "training_plan"  # the plan prints before the epoch lines
+    assert names[-1] == "loop_doctor"  # its batch timer counts the other callbacks' batch hooks as compute
+    built = recipe_callbacks(run_of("fit"))
+    assert [type(c).__name__ for c in built] == [
+        "TrainingPlan",
+        "RunContinuity",
+        "StopOnSignal",
+        "RandomStates",
+        "PlateauStepOnResume",
+        "RunCheckpoint",
+        "RunCheckpoint",
+        "LearningRateMonitor",
+        "EarlyStopping",
+        "ConfusionMatrixArtifact",
+        "EpochSummary",
+        "LoopDoctor",
+    ]
+    assert [c.alias for c in built if type(c).__name__ == "RunCheckpoint"] == ["best", "last"]
+    assert built[5].monitor == "val/acc" and built[5].mode == "max"
+    assert built[8].patience == 5
+
+
+@pytest.mark.parametrize(
+    "stage, overrides, expected",
+    [
+        ("fit", {"tracked": False, "early_stopping_patience": None, "interactive": True}, None),
+        ("validate", {}, ["confusion_matrix", "epoch_summary"]),
+        ("test", {"interactive": True}, ["confusion_matrix"]),
+        ("predict", {}, ["predictions", "epoch_summary"]),
+    ],
+)
+def test_conditions_and_stages_select_rows(stage, overrides, expected):
+    names = callback_names(run_of(stage, **overrides))
+    if expected is None:  # fit without a logger, a patience or a non-terminal stdout
+        assert "lr_monitor" not in names and "early_stopping" not in names and "epoch_summary" not in names
+        assert names[0] == "training_plan" and names[-1] == "loop_doctor"
+    else:
+        assert names == expected
+
+
+def test_every_row_says_why_it_stands_there():
+    assert all(slot.why_here for slot in RECIPE_CALLBACKS)
+    assert len({slot.name for slot in RECIPE_CALLBACKS}) == len(RECIPE_CALLBACKS)
+
+
+def test_the_trainer_of_a_recipe_gets_them_in_that_order(workdir, monkeypatch):
+    seen = []
+    original = cli.RecipesCLI.instantiate_trainer
+
+    def record(self, **kwargs):
+        trainer = original(self, **kwargs)
+        seen.extend(type(c).__name__ for c in trainer.callbacks)
+        return trainer
+
+    monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", record)
+    cli.main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1"])
+    ours = [name for name in seen if name not in ("ModelSummary", "TQDMProgressBar", "RichProgressBar")]
+    # fast_dev_run builds no logger (no LR monitor); Lightning moves checkpoint callbacks after all others
+    assert ours == [
+        "TrainingPlan",
+        "RunContinuity",
+        "StopOnSignal",
+        "RandomStates",
+        "PlateauStepOnResume",
+        "ConfusionMatrixArtifact",
+        "EpochSummary",
+        "LoopDoctor",
+        "RunCheckpoint",
+        "RunCheckpoint",
+    ]
