@@ -1,4 +1,4 @@
-"""The MLflow run of a trainer, as callbacks write to it: tags, params, metrics, texts, figures and files.
+"""The MLflow run of a trainer, as callbacks write to it: tags, params, texts, figures and files.
 
 Callbacks never reach into a logger's MLflow client themselves; they ask ``tracked_run(trainer)`` for the run and
 write through it. Without an MLflow logger there is no run (``None``) and nothing is written. Under DDP the MLflow

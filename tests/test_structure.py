@@ -1,4 +1,5 @@
-"""The rooms of DESIGN.md: lightning_modules and datamodules stand alone."""
+"""What docs/ARCHITECTURE.md states about the code, checked: the rooms, the fence around Lightning's private names,
+one way to write to MLflow from a callback, files of a readable size, and a map that names every module."""
 
 import ast
 from pathlib import Path
@@ -153,3 +154,62 @@ def test_the_private_name_scan_finds_what_it_should(tmp_path):
             "super()._run_subcommand",
         ]
     )
+
+
+# --- sizes, MLflow writes, the doctor's independence, the map ------------------------------------------------------
+MAX_LINES = 400
+
+
+def test_no_file_of_the_packages_is_over_400_lines():
+    long = {
+        str(p.relative_to(REPO)): n
+        for pkg in ("recipes", "datamodules", "lightning_modules")
+        for p in sorted((REPO / pkg).rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"files over {MAX_LINES} lines (split them by concept): {long}"
+
+
+def test_only_the_tracking_modules_reach_into_the_mlflow_client():
+    allowed = {REPO / "recipes" / "tracking.py", REPO / "recipes" / "tracked_run.py"}
+    found = []
+    for path in sorted((REPO / "recipes").rglob("*.py")):
+        if path in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "experiment":
+                owner = node.value
+                name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+                if "logger" in name:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, "write to MLflow through recipes.tracked_run.tracked_run(trainer):\n" + "\n".join(found)
+
+
+def test_the_doctor_imports_no_concrete_task():
+    tasks = {"lightning_modules.classification", "lightning_modules.regression", "lightning_modules.language_model"}
+    found = []
+    for path in sorted((REPO / "recipes" / "doctor").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in tasks | {"lightning_modules"}:
+                concrete = [a.name for a in node.names if a.name.endswith("Module")]
+                if node.module in tasks or concrete:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} from {node.module}")
+    assert (REPO / "recipes" / "doctor").is_dir()
+    assert not found, "the doctor asks the task (Task.expected_initial_loss, ...), never a concrete class: " + str(found)
+
+
+def test_the_architecture_map_names_every_module():
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    missing = []
+    for pkg in ("recipes", "datamodules", "lightning_modules"):
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            if path.name in ("__init__.py", "__main__.py"):
+                continue
+            rel = path.relative_to(REPO / pkg)
+            if f"`{rel}`" not in text and f"`{path.name}`" not in text and f"`{rel.parent}/`" not in text:
+                missing.append(str(path.relative_to(REPO)))
+    assert not missing, f"docs/ARCHITECTURE.md does not say where these live: {missing}"
+
+
+def test_the_readme_links_the_architecture_map():
+    assert "docs/ARCHITECTURE.md" in (REPO / "README.md").read_text()
