@@ -255,3 +255,26 @@ def test_resume_after_sigkill_finishes_the_run(workdir):
     (resumed,) = runs_of(workdir, "spiral_mlp")
     assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
     assert torch.load(last, weights_only=True)["global_step"] > ckpt["global_step"]
+
+
+def test_a_resume_reads_the_checkpoint_once_before_lightning_restores_it(store, monkeypatch):
+    """loopwise's own checks read a --ckpt_path file once (weights only); Lightning then reads it to restore state."""
+    before = runs_of(store, "spiral_mlp")
+    fit("--trainer.max_epochs", "1")
+    (first,) = new_runs(store, before)
+    last = run_dir(store, first.info.run_id) / "last.ckpt"
+    readers: list[str] = []
+    original = torch.load
+
+    def counting_load(*args, **kwargs):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith("torch"):
+            frame = frame.f_back
+        readers.append(frame.f_globals.get("__name__", "?") if frame is not None else "?")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    fit("--trainer.max_epochs", "2", "--ckpt_path", str(last))
+    ours = [name for name in readers if name.split(".")[0] in ("recipes", "lightning_modules", "datamodules")]
+    assert ours == ["recipes.checkpoint_files"], readers
+    assert any(name.startswith("lightning") for name in readers), readers
