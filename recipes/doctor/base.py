@@ -38,8 +38,9 @@ class DoctorPart(Callback):
 
 
 class DoctorCheck(DoctorPart):
-    """One check of the loop doctor. Its findings go to ``reporter`` (shared inside ``LoopDoctor``; a new one when
-    the check is used alone, then reset at the start of every fit together with the check)."""
+    """One check of the loop doctor. Its findings go to ``reporter``: with none given, a reporter of its own, reset
+    at the start of every fit together with the check; one given (``LoopDoctor`` gives a fresh one per fit to all its
+    checks) is reset by whoever gave it."""
 
     #: the check's name: ``Finding.check``, the tag ``doctor.<name>``, and its place in ``findings.CHECKS``
     name: ClassVar[str] = ""
