@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import torch
@@ -12,7 +13,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.text import Perplexity
 
 from lightning_modules.optim import Schedule
-from lightning_modules.task import StepOutput, Task, batch_length, split_batch
+from lightning_modules.task import StepOutput, Task, batch_length, initial_loss_wording, split_batch
 
 
 class LanguageModelModule(Task):
@@ -60,6 +61,14 @@ class LanguageModelModule(Task):
 
     def build_metrics(self) -> MetricCollection:
         return MetricCollection({"ppl": Perplexity(ignore_index=self.ignore_index)})
+
+    def expected_initial_loss(self) -> float | None:
+        """ln(vocab_size): the next-token cross entropy of a uniform guess over the vocabulary."""
+        tokens = int(self.vocab_size)
+        return math.log(tokens) if tokens >= 2 else None
+
+    def explain_expected_initial_loss(self, expected: float) -> str:
+        return initial_loss_wording(expected, int(self.vocab_size), "vocabulary size")
 
     def check_data(self, datamodule: Any) -> None:
         data_vocab = getattr(datamodule, "vocab_size", None)

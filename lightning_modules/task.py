@@ -8,6 +8,7 @@ add only their loss, metrics and how a batch becomes (outputs, targets).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -67,6 +68,17 @@ def to_channels_last(batch: Any) -> Any:
     if isinstance(batch, list):
         return [to_channels_last(v) for v in batch]
     return batch
+
+
+def initial_loss_wording(expected: float, outcomes: int | None = None, what: str = "classes") -> str:
+    """How the loop doctor's initial-loss message words an expected loss.
+
+    "ln(10) = 2.303 expected at initialization for 10 classes" when ``expected`` is ln(``outcomes``), the cross
+    entropy of a uniform guess over that many ``what``; "2.303 expected at initialization" otherwise.
+    """
+    if outcomes is not None and outcomes >= 1 and math.isclose(expected, math.log(outcomes)):
+        return f"ln({outcomes}) = {expected:.3f} expected at initialization for {outcomes} {what}"
+    return f"{expected:.3f} expected at initialization"
 
 
 def batch_length(inputs: Any) -> int:
@@ -163,6 +175,34 @@ class Task(LightningModule):
 
     def check_data(self, datamodule: Any) -> None:
         """Raise ``ValueError`` when the data module's description contradicts the task (called at setup)."""
+
+    # --- what the loop doctor asks a task ------------------------------------------------------------------
+    def expected_initial_loss(self) -> float | None:
+        """The loss a freshly initialized network should have on its first batch, or ``None`` when there is none.
+
+        The loop doctor's ``initial_loss`` check (``recipes.callbacks.LoopDoctor``) compares the first training
+        batch's loss of a fresh run with this value and reports a large difference: an output layer initialized too
+        large, labels that are not the classes the outputs stand for, or labels leaking into the inputs. Its hints
+        speak of logits, labels and cross entropy. ``None`` (the default) skips the check. ``ClassificationModule``
+        (multiclass) returns ln(num_classes) and ``LanguageModelModule`` ln(vocab_size): the cross entropy of a
+        uniform guess. Override it in your own task when its loss has such a reference value (and
+        ``explain_expected_initial_loss`` to say where it comes from).
+        """
+        return None
+
+    def explain_expected_initial_loss(self, expected: float) -> str:
+        """How the loop doctor's message words ``expected`` (the value of ``expected_initial_loss()``): it reads
+        "first-batch loss 7.912 vs <these words> (tolerance 1.15): ...". Default: "2.303 expected at
+        initialization"; the built-in tasks add "ln(C) = " and "for C classes" (``initial_loss_wording``)."""
+        return initial_loss_wording(expected)
+
+    def configured_schedule(self) -> Schedule | None:
+        """The ``Schedule`` behind the LR scheduler that ``configure_optimizers`` returns, or ``None`` when a
+        subclass overrides ``configure_optimizers`` (then ``schedule`` need not describe what runs).
+
+        The loop doctor's ``schedule`` check reads its ``interval``: a per-step schedule must be stepped per step.
+        """
+        return self.schedule if type(self).configure_optimizers is Task.configure_optimizers else None
 
     # --- LightningModule ------------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:

@@ -3,7 +3,7 @@
 ``from recipes.callbacks import TrainingPlan, LoopDoctor``. Both work with a plain ``lightning.Trainer``.
 """
 
-from recipes.loop_doctor import Finding, LoopDoctor, LoopDoctorWarning, NonFiniteError, ScheduleError
+from recipes.doctor import Finding, LoopDoctor, LoopDoctorWarning, NonFiniteError, ScheduleError
 from recipes.training_plan import TrainingPlan, TrainingPlanFigures, TrainingPlanWarning, plan_training
 
 __all__ = [
