@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import torch
@@ -13,7 +12,7 @@ from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Score
 
 from lightning_modules.optim import Schedule
-from lightning_modules.task import StepOutput, Task, batch_length, initial_loss_wording, split_batch
+from lightning_modules.task import StepOutput, Task, batch_length, split_batch
 
 
 def inverse_frequency_weights(class_counts: list[int]) -> list[float]:
@@ -121,16 +120,6 @@ class ClassificationModule(Task):
         if self.task != "binary":
             kwargs["average"] = "macro"
         return MetricCollection({"auroc": AUROC(**kwargs)})
-
-    def expected_initial_loss(self) -> float | None:
-        """ln(num_classes) for ``task="multiclass"`` (the cross entropy of a uniform guess over the classes), ``None``
-        for binary and multilabel (the loop doctor has no reference value for BCE)."""
-        if self.task != "multiclass" or not isinstance(self.num_classes, int) or self.num_classes < 2:
-            return None
-        return math.log(self.num_classes)
-
-    def explain_expected_initial_loss(self, expected: float) -> str:
-        return initial_loss_wording(expected, self.num_classes, "classes")
 
     def check_data(self, datamodule: Any) -> None:
         data_classes = getattr(datamodule, "num_classes", None)

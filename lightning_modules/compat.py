@@ -37,6 +37,7 @@ BATCH_AND_INSTANCE_NORM: type[nn.Module] = nn.modules.batchnorm._NormBase
 PRIVATE_NAMES: dict[str, str] = {
     "built_from_config": "lightning.pytorch.core.mixins.hparams_mixin._given_hyperparameters (a ContextVar)",
     "is_compiled_in_place": "torch.nn.Module._compiled_call_impl (set by Module.compile())",
+    "attached_trainer": "LightningModule._trainer",
     "optimizer_has_stepped": "torch.optim.Optimizer._opt_called (set by the step wrapper of an LR scheduler)",
     "BATCH_AND_INSTANCE_NORM": "torch.nn.modules.batchnorm._NormBase",
     "stop_after_this_batch": "Trainer._signal_connector.received_sigterm",
@@ -66,6 +67,11 @@ def given_hyperparameters_var() -> contextvars.ContextVar | None:
 def is_compiled_in_place(module: nn.Module) -> bool:
     """Whether ``module.compile()`` (in place, parameter names unchanged) has been called on ``module``."""
     return getattr(module, "_compiled_call_impl", None) is not None
+
+
+def attached_trainer(module: Any) -> Any | None:
+    """The Trainer a LightningModule is attached to, or ``None`` (``module.trainer`` raises when there is none)."""
+    return module._trainer
 
 
 def optimizer_has_stepped(optimizer: torch.optim.Optimizer) -> bool:
@@ -190,6 +196,7 @@ __all__ = [
     "PRIVATE_NAMES",
     "CheckpointPath",
     "SubcommandErrorHook",
+    "attached_trainer",
     "built_from_config",
     "can_stop_after_this_batch",
     "checkpoint_state_key",

@@ -20,7 +20,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
-from lightning_modules.compat import built_from_config, is_compiled_in_place
+from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place
 from lightning_modules.optim import Constant, Schedule, fused_if_cuda, param_groups, total_optimizer_steps
 
 STAGES = ("train", "val", "test")
@@ -183,18 +183,26 @@ class Task(LightningModule):
         The loop doctor's ``initial_loss`` check (``recipes.callbacks.LoopDoctor``) compares the first training
         batch's loss of a fresh run with this value and reports a large difference: an output layer initialized too
         large, labels that are not the classes the outputs stand for, or labels leaking into the inputs. Its hints
-        speak of logits, labels and cross entropy. ``None`` (the default) skips the check. ``ClassificationModule``
-        (multiclass) returns ln(num_classes) and ``LanguageModelModule`` ln(vocab_size): the cross entropy of a
-        uniform guess. Override it in your own task when its loss has such a reference value (and
-        ``explain_expected_initial_loss`` to say where it comes from).
+        speak of logits, labels and cross entropy. ``None`` skips the check.
+
+        Default: ln(num_classes) for a task with ``task == "multiclass"`` and an int ``num_classes`` >= 2
+        (``ClassificationModule``, or your own softmax classifier): the cross entropy of a uniform guess; ``None``
+        otherwise (binary and multilabel BCE, regression). ``LanguageModelModule`` returns ln(vocab_size). Override
+        it in your own task when its loss has another reference value (and ``explain_expected_initial_loss`` to say
+        where it comes from).
         """
-        return None
+        classes = getattr(self, "num_classes", None)
+        if getattr(self, "task", None) != "multiclass" or not isinstance(classes, int) or classes < 2:
+            return None
+        return math.log(classes)
 
     def explain_expected_initial_loss(self, expected: float) -> str:
         """How the loop doctor's message words ``expected`` (the value of ``expected_initial_loss()``): it reads
-        "first-batch loss 7.912 vs <these words> (tolerance 1.15): ...". Default: "2.303 expected at
-        initialization"; the built-in tasks add "ln(C) = " and "for C classes" (``initial_loss_wording``)."""
-        return initial_loss_wording(expected)
+        "first-batch loss 7.912 vs <these words> (tolerance 1.15): ...". Default: "ln(C) = 2.303 expected at
+        initialization for C classes" when ``expected`` is ln(num_classes), else "2.303 expected at
+        initialization" (``initial_loss_wording``)."""
+        classes = getattr(self, "num_classes", None)
+        return initial_loss_wording(expected, classes if isinstance(classes, int) else None, "classes")
 
     def configured_schedule(self) -> Schedule | None:
         """The ``Schedule`` behind the LR scheduler that ``configure_optimizers`` returns, or ``None`` when a
@@ -218,7 +226,8 @@ class Task(LightningModule):
         return self.model(inputs)
 
     def setup(self, stage: str) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        trainer = attached_trainer(self)
+        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         if datamodule is not None:
             self.check_data(datamodule)
         if self.channels_last:

@@ -81,6 +81,15 @@ def test_built_from_config_follows_lightnings_context_variable() -> None:
     assert seen == [True], upgrade_message("built_from_config")
 
 
+@probes("attached_trainer")
+def test_attached_trainer_is_the_trainer_of_a_fit(tmp_path: Path) -> None:
+    module = BoringModel()
+    assert compat.attached_trainer(module) is None, upgrade_message("attached_trainer")
+    trainer = tiny_trainer(tmp_path, max_steps=1)
+    trainer.fit(module)
+    assert compat.attached_trainer(module) is trainer, upgrade_message("attached_trainer")
+
+
 @probes("is_compiled_in_place")
 def test_is_compiled_in_place_sees_module_compile() -> None:
     module = nn.Linear(2, 2)

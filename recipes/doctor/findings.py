@@ -14,7 +14,7 @@ from typing import NoReturn
 import lightning.pytorch as pl
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from recipes.tracking import find_mlflow_logger
+from recipes.tracked_run import tracked_run
 
 # MLflow keeps tag values short: longer messages are cut to this many characters
 TAG_LIMIT = 500
@@ -71,9 +71,9 @@ class FindingsReporter:
 
     def set_tag(self, trainer: pl.Trainer, key: str, value: str) -> None:
         """Set an MLflow run tag (cut to ``TAG_LIMIT`` characters) where the trainer has an MLflow logger."""
-        logger = find_mlflow_logger(trainer.loggers)
-        if logger is not None and trainer.is_global_zero:
-            logger.experiment.set_tag(logger.run_id, key, value[:TAG_LIMIT])
+        run = tracked_run(trainer)
+        if run is not None and trainer.is_global_zero:
+            run.set_tag(key, value[:TAG_LIMIT])
 
     def log_metric(self, trainer: pl.Trainer, name: str, value: float) -> None:
         """Log one value of the series ``name`` at the trainer's global step to every logger (rank 0 only)."""
