@@ -42,24 +42,21 @@ def recipe_name(cfg: Namespace) -> str:
     return DEFAULT_EXPERIMENT
 
 
+def logger_init_arg(cfg: Namespace, name: str) -> str | None:
+    """A non-empty ``trainer.logger.init_args.<name>`` as a string, else ``None``."""
+    logger = logger_config(cfg)
+    value = logger.get("init_args", Namespace()).get(name) if isinstance(logger, Namespace) else None
+    return str(value) if value else None
+
+
 def tracking_uri(cfg: Namespace) -> str:
     """The tracking URI the logger will use: its ``tracking_uri``, else the default (read now)."""
-    logger = logger_config(cfg)
-    if isinstance(logger, Namespace):
-        uri = logger.get("init_args", Namespace()).get("tracking_uri")
-        if uri:
-            return str(uri)
-    return default_tracking_uri()
+    return logger_init_arg(cfg, "tracking_uri") or default_tracking_uri()
 
 
 def experiment_name(cfg: Namespace) -> str:
     """MLflow experiment of this run: the logger's ``experiment_name``, else the recipe name."""
-    logger = logger_config(cfg)
-    if isinstance(logger, Namespace):
-        name = logger.get("init_args", Namespace()).get("experiment_name")
-        if name:
-            return str(name)
-    return recipe_name(cfg)
+    return logger_init_arg(cfg, "experiment_name") or recipe_name(cfg)
 
 
 def configure_tracking(cfg: Namespace) -> None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import inspect
 import math
-import time
 
 import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules import ClassificationModule, LanguageModelModule, RegressionModule
 from lightning_modules.models import MLP
@@ -25,6 +24,8 @@ from recipes.doctor import (
     ScheduleCheck,
     TrainEvalModeCheck,
 )
+
+from test_loop_doctor import SleepyDataset
 
 pytestmark = pytest.mark.filterwarnings("ignore::recipes.doctor.LoopDoctorWarning")
 
@@ -173,22 +174,9 @@ def test_gradient_norm_check_alone_logs_the_same_norms_as_the_loop_doctor():
     assert all(0 < norm < 10 for _, norm in norms["alone"])
 
 
-class Sleepy(Dataset):
-    def __init__(self, n: int, delay: float) -> None:
-        self.x, self.y = rows(n, 0)
-        self.delay = delay
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int):
-        time.sleep(self.delay)
-        return self.x[i], self.y[i]
-
-
 def test_data_wait_check_alone_measures_a_sleepy_loader():
     check = DataWaitCheck(skip_batches=1)
-    fit(check, classifier(), DataLoader(Sleepy(48, delay=0.004), batch_size=8))  # 32 ms per batch
+    fit(check, classifier(), DataLoader(SleepyDataset(48, delay=0.004), batch_size=8))  # 32 ms per batch
     ((epoch, fraction),) = check.data_wait_fractions
     assert epoch == 0 and fraction > 0.5
     assert [f.check for f in check.findings] == ["data_wait"] and "num_workers=0" in check.findings[0].message
