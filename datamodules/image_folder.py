@@ -191,6 +191,10 @@ class ImageFolderDataModule(BaseDataModule):
     converted to grayscale ("L") or RGB (alpha dropped) and resized with bilinear filtering, ignoring the aspect
     ratio. The user's files are only read.
 
+    The other arguments (``batch_size``, ``val_fraction``, ``test_fraction``, ``seed``, the loader options) are
+    ``BaseDataModule``'s, passed on through ``**kwargs``; the splits are per class. ``num_workers`` processes decode
+    and augment the images (and compute the statistics); 2-8 is typical for files on disk.
+
     Args:
         root: Folder with one sub-folder of images per class.
         image_size: Side of the square images fed to the model, or their (height, width).
@@ -200,15 +204,9 @@ class ImageFolderDataModule(BaseDataModule):
         crop_padding: Pixels of zero (black) padding on each side before the random crop; 0 disables the crop.
         cache: Hold the decoded, resized images of every split in memory (uint8; decoded once, during setup)
             instead of reading the files on every access.
-        batch_size: Images per batch.
-        val_fraction: Fraction of the images held out for validation (per class).
-        test_fraction: Fraction of the images held out for testing (per class).
-        seed: Seed of the split and the shuffling.
-        num_workers: DataLoader worker processes that decode and augment images (also used to compute the
-            statistics); 2-8 is typical for files on disk.
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
     """
+
+    save_init_arguments = True
 
     def __init__(
         self,
@@ -218,13 +216,7 @@ class ImageFolderDataModule(BaseDataModule):
         augment: bool = False,
         crop_padding: int = 4,
         cache: bool = False,
-        batch_size: int = 64,
-        val_fraction: float = 0.2,
-        test_fraction: float = 0.0,
-        seed: int = 0,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         name = type(self).__name__
         try:
@@ -235,16 +227,7 @@ class ImageFolderDataModule(BaseDataModule):
             raise ValueError(f"{name}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
         if crop_padding < 0:
             raise ValueError(f"{name}: crop_padding must be >= 0, got {crop_padding}")
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(**kwargs)
         self.root = root
         self.image_size: tuple[int, int] = size
         self.channels = int(channels)

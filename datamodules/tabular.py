@@ -117,6 +117,9 @@ class TabularDataModule(BaseDataModule):
     Bad input fails when the module is built or in ``setup`` (before any training) with a message naming the file,
     column, row and value; rows count data rows from 0 (a CSV header is not a row).
 
+    The other arguments (``batch_size``, ``val_fraction``, ``test_fraction``, ``seed``, the loader options) are
+    ``BaseDataModule``'s, passed on through ``**kwargs``; ``stratify`` follows ``task``.
+
     Args:
         path: The data file: ``.csv``, or ``.parquet``/``.pq``.
         target: The column to predict.
@@ -125,15 +128,12 @@ class TabularDataModule(BaseDataModule):
             the feature columns that are not numeric (strings, mixed values).
         task: "classification" (the target holds class labels) or "regression" (the target holds numbers).
         class_balance: Draw training samples with inverse class-frequency weights (ClassBalancedSampler), so every
-            class is seen equally often; classification only. Validation and test keep the true distribution.
-        batch_size: Samples per batch.
-        val_fraction: Fraction of the rows held out for validation.
-        test_fraction: Fraction of the rows held out for testing.
-        seed: Seed of the split and of the train shuffling or balanced draws.
-        num_workers: DataLoader worker processes (0 is fastest for in-memory data).
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
+            class is seen equally often (draws seeded by ``seed``); classification only. Validation and test keep
+            the true distribution.
     """
+
+    save_init_arguments = True
+    fixed_arguments = ("stratify",)
 
     def __init__(
         self,
@@ -143,13 +143,7 @@ class TabularDataModule(BaseDataModule):
         categorical: list[str] | None = None,
         task: Literal["classification", "regression"] = "classification",
         class_balance: bool = False,
-        batch_size: int = 64,
-        val_fraction: float = 0.2,
-        test_fraction: float = 0.0,
-        seed: int = 0,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         if task not in ("classification", "regression"):
             raise ValueError(f"{NAME}: task must be 'classification' or 'regression', got {task!r}")
@@ -177,17 +171,7 @@ class TabularDataModule(BaseDataModule):
         table_format(path)
         if not Path(path).expanduser().exists():
             raise FileNotFoundError(f"{NAME}: the data file {path!r} does not exist (resolved: {Path(path).resolve()})")
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-            stratify=task == "classification",
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(stratify=task == "classification", **kwargs)
         self.path = path
         self.target = target
         self.features = features
