@@ -58,8 +58,9 @@ def documented(cls: type) -> dict[str, str]:
 
 
 def type_and_default(block: str) -> str:
-    """The ``(type: ..., default: ...)`` part of an option's block."""
-    match = re.search(r"\(type: .*\)$", block)
+    """The ``(type: ..., default: ...`` part of an option's block (without the known subclasses, which depend on
+    what has been imported so far)."""
+    match = re.search(r"\(type: .*?(?=, known subclasses: |\)$)", block)
     assert match, block
     return match.group(0)
 
