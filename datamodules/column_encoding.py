@@ -101,6 +101,7 @@ class ColumnEncoder:
 
     # --- description ----------------------------------------------------------------------------------------
     def _require_fitted(self) -> None:
+        """Raise ``RuntimeError`` before ``fit`` or ``load_state_dict``."""
         if not self.fitted:
             raise RuntimeError(f"{self.owner}: the encoder is not fitted; call fit() or load_state_dict() first")
 

@@ -166,6 +166,7 @@ class TabularDataModule(BaseDataModule):
 
     # --- description ----------------------------------------------------------------------------------------
     def _ensure_fitted(self) -> None:
+        """Run ``setup`` unless the encoding is fitted or restored."""
         if not self.encoder.fitted:
             self.setup()
 
@@ -286,6 +287,7 @@ class TabularDataModule(BaseDataModule):
 
     # --- the BaseDataModule hooks ---------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
+        """Read and check the file, split it, fit the encoder on the train rows and encode every split."""
         try:
             super().setup(stage)
         finally:
@@ -309,10 +311,12 @@ class TabularDataModule(BaseDataModule):
         return self._frame.iloc[positions.numpy()]
 
     def fit_preprocessing(self, train_rows: Tensor) -> None:
+        """Fit the encoder on the train rows (a restored encoding is kept as it is)."""
         if self._restored is None:  # otherwise the checkpoint's encoding, not a new one
             self.encoder.fit(self._rows(train_rows))
 
     def preprocess(self, rows: Tensor) -> Tensor:
+        """The rows at these positions, encoded: float32 ``(N, in_features)``."""
         return self.encoder.transform(self._rows(rows))
 
     def train_sampler(self, dataset: Dataset) -> Sampler | None:
