@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
@@ -87,7 +87,19 @@ class BaseDataModule(LightningDataModule):
             and index every batch there (no per-batch host-to-device copy; Lightning's batch transfer becomes a
             no-op). The loader then runs in the main process without pinning (``num_workers`` and ``pin_memory``
             are ignored). The batches are the same as without it; on CPU it changes nothing.
+
+    A subclass takes these arguments as ``**kwargs`` and passes them on to ``BaseDataModule.__init__`` (LightningCLI
+    and ``--data.help`` still list them, with the documentation above); it names only those whose default it changes
+    and those it sets itself (``fixed_arguments``).
     """
+
+    #: The loopwise data modules set it: ``__init__`` then saves the constructor arguments as the hyperparameters
+    #: (the subclass's own and the base arguments it passes on through ``**kwargs``, defaults included), which
+    #: ``load_from_checkpoint`` rebuilds the module from. A data module written elsewhere saves what it wants itself.
+    save_init_arguments: ClassVar[bool] = False
+    #: Base arguments a subclass sets itself in its ``super().__init__()`` call (not options of its own, so
+    #: LightningCLI does not list them): left out of the saved hyperparameters.
+    fixed_arguments: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -124,6 +136,10 @@ class BaseDataModule(LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
         self._resident: dict[tuple[int, str], BatchedTensorDataset] = {}
         self.class_counts: list[int] | None = None
+        if self.save_init_arguments:
+            # collected from this frame and the subclasses' __init__ frames above it (Lightning merges **kwargs), or
+            # the parsed config when LightningCLI builds the module
+            self.save_hyperparameters(ignore=list(self.fixed_arguments), logger=False)
 
     # --- what subclasses provide ----------------------------------------------------------------------------
     def load(self) -> tuple[Any, Tensor]:

@@ -80,30 +80,29 @@ class CharLMDataModule(BaseDataModule):
     ``encode`` and ``decode`` are available after ``setup``; the vocabulary is saved in checkpoints
     (``state_dict``), so a reloaded module encodes text identically.
 
+    The other arguments (``batch_size``: windows per batch, ``seed``: of the train shuffling, the loader options) are
+    ``BaseDataModule``'s, passed on through ``**kwargs``; ``num_workers=0`` is fastest, since batches are cheap slices
+    of one tensor. There is no ``test_fraction`` or ``stratify``: the split is contiguous.
+
     Args:
         path: UTF-8 text file to model.
         block_size: Characters of context per sample (the length of ``x`` and ``y``).
-        batch_size: Windows per batch.
         val_fraction: Fraction of the characters, taken from the end of the text, held out for validation; in (0, 1).
         stride: Characters between the starts of consecutive windows, in both parts; default ``block_size``
             (non-overlapping windows).
-        seed: Seed of the train shuffling.
-        num_workers: DataLoader worker processes (0 is fastest: batches are cheap slices of one tensor).
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
     """
+
+    save_init_arguments = True
+    fixed_arguments = ("test_fraction", "stratify")
 
     def __init__(
         self,
         path: str,
         block_size: int = 128,
-        batch_size: int = 64,
+        *,
         val_fraction: float = 0.1,
         stride: int | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         name = type(self).__name__
         if block_size < 1:
@@ -112,17 +111,7 @@ class CharLMDataModule(BaseDataModule):
             raise ValueError(f"{name}: val_fraction must be in (0, 1), got {val_fraction}")
         if stride is not None and stride < 1:
             raise ValueError(f"{name}: stride must be >= 1 (or null for block_size), got {stride}")
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=0.0,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-            stratify=False,
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(val_fraction=val_fraction, test_fraction=0.0, stratify=False, **kwargs)
         self.path = path
         self.block_size = block_size
         self.stride = stride if stride is not None else block_size

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -35,41 +37,21 @@ class DigitsDataModule(BaseDataModule):
     by ~0); val and test use the same train statistics. Inputs are float32 images ``(N, 1, 8, 8)`` for CNNs, or
     ``(N, 64)`` vectors with ``flatten`` for an MLP; labels are int64 class ids 0-9.
 
+    The other arguments (``batch_size``, ``seed``, the loader options) are ``BaseDataModule``'s, passed on through
+    ``**kwargs``.
+
     Args:
         flatten: Give each sample as a vector of 64 pixels instead of a 1x8x8 image.
-        batch_size: Samples per batch.
         val_fraction: Fraction of the images held out for validation (stratified by digit).
         test_fraction: Fraction of the images held out for testing (stratified by digit).
-        seed: Seed of the split and of the train shuffling.
-        num_workers: DataLoader worker processes (0 is fastest for in-memory data).
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
-        device_resident: Keep the tensors on the training device and index batches there (see ``BaseDataModule``).
     """
 
+    save_init_arguments = True
+
     def __init__(
-        self,
-        flatten: bool = False,
-        batch_size: int = 64,
-        val_fraction: float = 0.15,
-        test_fraction: float = 0.15,
-        seed: int = 0,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
-        device_resident: bool = False,
+        self, flatten: bool = False, *, val_fraction: float = 0.15, test_fraction: float = 0.15, **kwargs: Any
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-            device_resident=device_resident,
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(val_fraction=val_fraction, test_fraction=test_fraction, **kwargs)
         self.flatten = flatten
         self.standardizer = Standardizer()
 

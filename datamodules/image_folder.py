@@ -6,102 +6,24 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Literal, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.base import BaseDataModule
+from datamodules.image_files import (
+    IMAGE_SUFFIXES,
+    MODES,
+    DecodedImages,
+    as_size,
+    check_image,
+    find_class_names,
+    find_images,
+    read_image,
+)
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-MODES = {1: "L", 3: "RGB"}
 DECODE_BATCH = 64  # images per transfer when decoding with worker processes
-
-
-def as_size(image_size: int | Sequence[int]) -> tuple[int, int]:
-    """``(height, width)`` from one side length or a ``(height, width)`` pair; raises ``ValueError`` otherwise."""
-    if isinstance(image_size, bool):
-        raise ValueError(f"image_size must be an int or a (height, width) pair, got {image_size!r}")
-    if isinstance(image_size, int):
-        size = (image_size, image_size)
-    else:
-        size = tuple(image_size)  # type: ignore[assignment]
-        if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) for s in size):
-            raise ValueError(f"image_size must be an int or a (height, width) pair of ints, got {image_size!r}")
-    if min(size) < 1:
-        raise ValueError(f"image_size must be >= 1, got {image_size!r}")
-    return size  # type: ignore[return-value]
-
-
-def is_image_file(name: str) -> bool:
-    """A visible file with a .png, .jpg or .jpeg suffix in any case."""
-    return not name.startswith(".") and name.lower().endswith(IMAGE_SUFFIXES)
-
-
-def find_class_names(root: str | os.PathLike) -> list[str]:
-    """Sorted names of the visible sub-folders of ``root`` (hidden ones such as ``.ipynb_checkpoints`` skipped)."""
-    with os.scandir(root) as entries:
-        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
-
-
-def find_images(folder: str | os.PathLike) -> list[str]:
-    """Paths of the image files under ``folder`` and its visible sub-folders, in sorted (deterministic) order."""
-    found = []
-    for directory, subdirs, files in os.walk(folder, followlinks=True):
-        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        found.extend(os.path.join(directory, f) for f in files if is_image_file(f))
-    return sorted(found)
-
-
-def check_image(path: str) -> None:
-    """Fail with the file's path when Pillow cannot identify it or its structure is broken (no full decode)."""
-    try:
-        with Image.open(path) as image:
-            image.verify()
-    except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, struct.error, ... on bad files
-        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
-
-
-def read_image(path: str, size: tuple[int, int], channels: int) -> Tensor:
-    """One image file as a uint8 tensor ``(channels, height, width)``: converted to "L"/"RGB", bilinear resize.
-
-    The file is only read. Alpha is dropped (not composited); EXIF orientation is not applied.
-    """
-    height, width = size
-    try:
-        with Image.open(path) as image:
-            image = image.convert(MODES[channels])
-            if image.size != (width, height):
-                image = image.resize((width, height), Image.Resampling.BILINEAR)
-            array = np.array(image, dtype=np.uint8)
-    except Exception as err:
-        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
-    if array.ndim == 2:
-        array = array[:, :, None]
-    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
-
-
-class DecodedImages(Dataset):
-    """The files ``paths`` decoded and resized to uint8 ``(C, H, W)`` tensors; used to stream or cache a split.
-
-    Args:
-        paths: Image files.
-        size: Target ``(height, width)``.
-        channels: 1 (grayscale) or 3 (RGB).
-    """
-
-    def __init__(self, paths: Sequence[str], size: tuple[int, int], channels: int) -> None:
-        self.paths = list(paths)
-        self.size = size
-        self.channels = channels
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> Tensor:
-        return read_image(self.paths[index], self.size, self.channels)
 
 
 class ImageFolderDataset(Dataset):
@@ -191,6 +113,10 @@ class ImageFolderDataModule(BaseDataModule):
     converted to grayscale ("L") or RGB (alpha dropped) and resized with bilinear filtering, ignoring the aspect
     ratio. The user's files are only read.
 
+    The other arguments (``batch_size``, ``val_fraction``, ``test_fraction``, ``seed``, the loader options) are
+    ``BaseDataModule``'s, passed on through ``**kwargs``; the splits are per class. ``num_workers`` processes decode
+    and augment the images (and compute the statistics); 2-8 is typical for files on disk.
+
     Args:
         root: Folder with one sub-folder of images per class.
         image_size: Side of the square images fed to the model, or their (height, width).
@@ -200,15 +126,9 @@ class ImageFolderDataModule(BaseDataModule):
         crop_padding: Pixels of zero (black) padding on each side before the random crop; 0 disables the crop.
         cache: Hold the decoded, resized images of every split in memory (uint8; decoded once, during setup)
             instead of reading the files on every access.
-        batch_size: Images per batch.
-        val_fraction: Fraction of the images held out for validation (per class).
-        test_fraction: Fraction of the images held out for testing (per class).
-        seed: Seed of the split and the shuffling.
-        num_workers: DataLoader worker processes that decode and augment images (also used to compute the
-            statistics); 2-8 is typical for files on disk.
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
     """
+
+    save_init_arguments = True
 
     def __init__(
         self,
@@ -218,13 +138,7 @@ class ImageFolderDataModule(BaseDataModule):
         augment: bool = False,
         crop_padding: int = 4,
         cache: bool = False,
-        batch_size: int = 64,
-        val_fraction: float = 0.2,
-        test_fraction: float = 0.0,
-        seed: int = 0,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         name = type(self).__name__
         try:
@@ -235,16 +149,7 @@ class ImageFolderDataModule(BaseDataModule):
             raise ValueError(f"{name}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
         if crop_padding < 0:
             raise ValueError(f"{name}: crop_padding must be >= 0, got {crop_padding}")
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(**kwargs)
         self.root = root
         self.image_size: tuple[int, int] = size
         self.channels = int(channels)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -31,35 +32,28 @@ def make_spiral(n_samples: int, n_classes: int, noise: float, seed: int) -> tupl
 class SpiralDataModule(BaseDataModule):
     """The three-class spiral (or any number of arms), generated in memory from a seed.
 
+    The other arguments (``batch_size``, ``val_fraction``, ``seed``, the loader options) are ``BaseDataModule``'s,
+    passed on through ``**kwargs``; ``seed`` also seeds the generated points.
+
     Args:
         n_samples: Total number of points over all classes.
         n_classes: Number of spiral arms (classes), at least 2.
         noise: Standard deviation of the angular noise; larger values blur the arms.
-        batch_size: Samples per batch.
-        val_fraction: Fraction of the points held out for validation.
         test_fraction: Fraction of the points held out for testing.
-        seed: Seed of the generated points, the split and the shuffling.
         standardize: Standardize the two features with train-split mean and std.
-        num_workers: DataLoader worker processes (0 is fastest for in-memory data).
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
-        device_resident: Keep the tensors on the training device and index batches there (see ``BaseDataModule``).
     """
+
+    save_init_arguments = True
 
     def __init__(
         self,
         n_samples: int = 2000,
         n_classes: int = 3,
         noise: float = 0.2,
-        batch_size: int = 64,
-        val_fraction: float = 0.2,
+        *,
         test_fraction: float = 0.1,
-        seed: int = 0,
         standardize: bool = True,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
-        device_resident: bool = False,
+        **kwargs: Any,
     ) -> None:
         if n_classes < 2:
             raise ValueError(f"SpiralDataModule: n_classes must be >= 2, got {n_classes}")
@@ -67,17 +61,7 @@ class SpiralDataModule(BaseDataModule):
             raise ValueError(f"SpiralDataModule: n_samples ({n_samples}) must be >= n_classes ({n_classes})")
         if noise < 0:
             raise ValueError(f"SpiralDataModule: noise must be >= 0, got {noise}")
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-            device_resident=device_resident,
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(test_fraction=test_fraction, **kwargs)
         self.n_samples = n_samples
         self.n_classes = n_classes
         self.noise = noise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -36,6 +37,9 @@ class SyntheticDataModule(BaseDataModule):
     ``SyntheticDataModule(in_features=784, n_classes=10)`` or a ConvNet on ``image_shape=[3, 32, 32]``. Samples
     are seeded; no preprocessing is fitted (the features are already centred with unit noise).
 
+    The other arguments (``test_fraction``, ``seed``, the loader options) are ``BaseDataModule``'s, passed on through
+    ``**kwargs``; ``seed`` also seeds the generated samples.
+
     Args:
         n_samples: Total number of samples over all splits.
         in_features: Width of one sample (ignored when ``image_shape`` is given: its product is the width).
@@ -45,13 +49,9 @@ class SyntheticDataModule(BaseDataModule):
         separation: Distance scale between class centres; smaller is harder.
         batch_size: Samples per batch.
         val_fraction: Fraction of the samples held out for validation.
-        test_fraction: Fraction of the samples held out for testing.
-        seed: Seed of the generated samples, the split and the shuffling.
-        num_workers: DataLoader worker processes (0 is fastest for in-memory data).
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
-        device_resident: Keep the tensors on the training device and index batches there (see ``BaseDataModule``).
     """
+
+    save_init_arguments = True
 
     def __init__(
         self,
@@ -62,12 +62,7 @@ class SyntheticDataModule(BaseDataModule):
         separation: float = 3.0,
         batch_size: int = 256,
         val_fraction: float = 0.1,
-        test_fraction: float = 0.0,
-        seed: int = 0,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
-        device_resident: bool = False,
+        **kwargs: Any,
     ) -> None:
         if n_classes < 2:
             raise ValueError(f"SyntheticDataModule: n_classes must be >= 2, got {n_classes}")
@@ -79,17 +74,7 @@ class SyntheticDataModule(BaseDataModule):
             raise ValueError(f"SyntheticDataModule: in_features must be >= 1, got {in_features}")
         if separation < 0:
             raise ValueError(f"SyntheticDataModule: separation must be >= 0, got {separation}")
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-            device_resident=device_resident,
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(batch_size=batch_size, val_fraction=val_fraction, **kwargs)
         self.n_samples = n_samples
         self.n_classes = n_classes
         self.image_shape = [int(s) for s in image_shape] if image_shape is not None else None

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import Dataset, Sampler
 
 from datamodules.base import BaseDataModule
+from datamodules.column_encoding import ColumnEncoder, is_numeric_column
 from datamodules.preprocessing import Standardizer
 
 if TYPE_CHECKING:  # pandas is imported when a file is read, not at start-up
     import pandas as pd
 
 FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".pq": "Parquet"}
-UNKNOWN = "<unknown>"
 NAME = "TabularDataModule"
 
 
@@ -65,36 +63,6 @@ def read_table(path: str | Path) -> "pd.DataFrame":
     return frame.reset_index(drop=True)  # rows are positions (a Parquet file may restore a stored index)
 
 
-def category_name(value: Any) -> str:
-    """The string a category or class label is known by: integral numbers without ``.0`` (``3.0`` -> ``"3"``)."""
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def encode_names(column: "pd.Series") -> tuple[np.ndarray, list[str]]:
-    """Codes into the sorted distinct names of ``column`` (-1 for missing values) and those names."""
-    import pandas as pd
-
-    codes, uniques = pd.factorize(column, use_na_sentinel=True)
-    names = [category_name(v) for v in uniques]
-    levels = sorted(set(names))
-    position = {name: i for i, name in enumerate(levels)}
-    remap = np.array([position[n] for n in names] + [-1], dtype=np.int64)  # code -1 picks the final -1
-    return remap[codes], levels
-
-
-def is_numeric_column(column: "pd.Series") -> bool:
-    """Numbers or booleans (not strings, not mixed objects)."""
-    import pandas as pd
-
-    return bool(pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column))
-
-
 class TabularDataModule(BaseDataModule):
     """Rows of a CSV or Parquet file as one float tensor per row, for classification or regression.
 
@@ -105,7 +73,8 @@ class TabularDataModule(BaseDataModule):
 
     Categorical vocabularies come from the train split only: in each column's block, position 0
     (``"column=<unknown>"``) stands for values not seen in the train split and for missing values; the known values
-    follow in sorted order of their string form (integral numbers are written without ``.0``).
+    follow in sorted order of their string form (integral numbers are written without ``.0``). The encoding is a
+    ``ColumnEncoder`` (``encoder``), fitted on the train rows.
 
     Classification: the labels (ints or strings) become class ids 0..C-1 in sorted order of the distinct labels of
     the whole file (numeric labels sorted by value, others by their string), named in ``class_names``; the split is
@@ -117,6 +86,9 @@ class TabularDataModule(BaseDataModule):
     Bad input fails when the module is built or in ``setup`` (before any training) with a message naming the file,
     column, row and value; rows count data rows from 0 (a CSV header is not a row).
 
+    The other arguments (``batch_size``, ``val_fraction``, ``test_fraction``, ``seed``, the loader options) are
+    ``BaseDataModule``'s, passed on through ``**kwargs``; ``stratify`` follows ``task``.
+
     Args:
         path: The data file: ``.csv``, or ``.parquet``/``.pq``.
         target: The column to predict.
@@ -125,15 +97,12 @@ class TabularDataModule(BaseDataModule):
             the feature columns that are not numeric (strings, mixed values).
         task: "classification" (the target holds class labels) or "regression" (the target holds numbers).
         class_balance: Draw training samples with inverse class-frequency weights (ClassBalancedSampler), so every
-            class is seen equally often; classification only. Validation and test keep the true distribution.
-        batch_size: Samples per batch.
-        val_fraction: Fraction of the rows held out for validation.
-        test_fraction: Fraction of the rows held out for testing.
-        seed: Seed of the split and of the train shuffling or balanced draws.
-        num_workers: DataLoader worker processes (0 is fastest for in-memory data).
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
+            class is seen equally often (draws seeded by ``seed``); classification only. Validation and test keep
+            the true distribution.
     """
+
+    save_init_arguments = True
+    fixed_arguments = ("stratify",)
 
     def __init__(
         self,
@@ -143,13 +112,7 @@ class TabularDataModule(BaseDataModule):
         categorical: list[str] | None = None,
         task: Literal["classification", "regression"] = "classification",
         class_balance: bool = False,
-        batch_size: int = 64,
-        val_fraction: float = 0.2,
-        test_fraction: float = 0.0,
-        seed: int = 0,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         if task not in ("classification", "regression"):
             raise ValueError(f"{NAME}: task must be 'classification' or 'regression', got {task!r}")
@@ -177,17 +140,7 @@ class TabularDataModule(BaseDataModule):
         table_format(path)
         if not Path(path).expanduser().exists():
             raise FileNotFoundError(f"{NAME}: the data file {path!r} does not exist (resolved: {Path(path).resolve()})")
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-            stratify=task == "classification",
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(stratify=task == "classification", **kwargs)
         self.path = path
         self.target = target
         self.features = features
@@ -195,18 +148,26 @@ class TabularDataModule(BaseDataModule):
         self.task = task
         self.class_balance = class_balance
         # the encoding: fitted in setup, or restored from a checkpoint with load_state_dict
-        self.numeric_columns: list[str] = []
-        self.categorical_columns: list[str] = []
-        self.vocabularies: dict[str, list[str]] = {}
-        self.standardizer = Standardizer()
-        self._class_names: list[str] | None = None
-        self._levels: dict[str, list[str]] = {}  # every distinct value of each categorical column in the file
-        self._fitted = False
+        self.encoder = self._new_encoder()
         self._restored: dict[str, Any] | None = None
+        self._frame: pd.DataFrame | None = None  # the file's rows during setup; a sample is a row position
+
+    def _new_encoder(self, numeric: list[str] | None = None, categorical: list[str] | None = None) -> ColumnEncoder:
+        """A ``ColumnEncoder`` for this module's file: its messages name the module and the file."""
+        return ColumnEncoder(
+            self.target,
+            self.task,
+            numeric or [],
+            categorical or [],
+            owner=NAME,
+            source=self._where(),
+            warn=rank_zero_warn,  # under DDP, one warning instead of one per process
+        )
 
     # --- description ----------------------------------------------------------------------------------------
     def _ensure_fitted(self) -> None:
-        if not self._fitted:
+        """Run ``setup`` unless the encoding is fitted or restored."""
+        if not self.encoder.fitted:
             self.setup()
 
     @property
@@ -214,9 +175,9 @@ class TabularDataModule(BaseDataModule):
         """Name of each class id (the file's sorted labels); ``None`` for regression. Reads the file if needed."""
         if self.task == "regression":
             return None
-        if self._class_names is None:
+        if self.encoder.class_names is None:
             self.setup()
-        return self._class_names
+        return self.encoder.class_names
 
     @property
     def num_classes(self) -> int | None:
@@ -233,17 +194,33 @@ class TabularDataModule(BaseDataModule):
     def in_features(self) -> int:
         """Width of one sample: the numeric columns plus one block of (vocabulary + 1) per categorical column."""
         self._ensure_fitted()
-        return len(self.numeric_columns) + sum(len(self.vocabularies[c]) + 1 for c in self.categorical_columns)
+        return self.encoder.in_features
 
     @property
     def feature_names(self) -> list[str]:
         """Name of each input position: numeric columns, then ``column=<unknown>`` and ``column=value`` entries."""
         self._ensure_fitted()
-        names = list(self.numeric_columns)
-        for column in self.categorical_columns:
-            names.append(f"{column}={UNKNOWN}")
-            names.extend(f"{column}={value}" for value in self.vocabularies[column])
-        return names
+        return self.encoder.feature_names
+
+    @property
+    def numeric_columns(self) -> list[str]:
+        """The standardized feature columns, in input order (after ``setup``)."""
+        return self.encoder.numeric_columns
+
+    @property
+    def categorical_columns(self) -> list[str]:
+        """The one-hot encoded feature columns, in input order after the numeric ones (after ``setup``)."""
+        return self.encoder.categorical_columns
+
+    @property
+    def vocabularies(self) -> dict[str, list[str]]:
+        """The train split's values of each categorical column, sorted (after ``setup``)."""
+        return self.encoder.vocabularies
+
+    @property
+    def standardizer(self) -> Standardizer:
+        """Mean and std of the numeric columns over the train split (after ``setup``)."""
+        return self.encoder.standardizer
 
     # --- reading and checking the file --------------------------------------------------------------------
     def _where(self) -> str:
@@ -257,7 +234,7 @@ class TabularDataModule(BaseDataModule):
                 f"{NAME}: the target column {self.target!r} is not in {self._where()}; available columns: {available}"
             )
         if self._restored is not None:
-            numeric, categorical = list(self.numeric_columns), list(self.categorical_columns)
+            numeric, categorical = list(self.encoder.numeric_columns), list(self.encoder.categorical_columns)
             missing = [c for c in numeric + categorical if c not in available]
             if missing:
                 raise ValueError(
@@ -308,155 +285,39 @@ class TabularDataModule(BaseDataModule):
             f"categorical; fix the values, or pass categorical explicitly (without {name!r}) to treat it as numeric"
         )
 
-    def _numeric_values(self, frame: "pd.DataFrame", columns: list[str]) -> Tensor:
-        """The numeric feature columns as float64 ``(N, len(columns))``; errors for non-numbers, NaN and inf."""
-        import pandas as pd
-
-        out = np.empty((len(frame), len(columns)), dtype=np.float64)
-        for j, name in enumerate(columns):
-            column = frame[name]
-            if pd.api.types.is_bool_dtype(column):
-                column = column.astype("float64")
-            elif not pd.api.types.is_numeric_dtype(column):
-                converted = pd.to_numeric(column, errors="coerce")
-                bad = np.flatnonzero((converted.isna() & column.notna()).to_numpy())
-                if len(bad):
-                    row = int(bad[0])
-                    raise ValueError(
-                        f"{NAME}: column {name!r} of {self._where()} is treated as numeric but has the non-numeric "
-                        f"value {column.iloc[row]!r} at row {row} ({len(bad)} such row(s)); add {name!r} to "
-                        "categorical to one-hot encode it, or fix the value"
-                    )
-                column = converted
-            values = column.to_numpy(dtype=np.float64, na_value=np.nan)
-            bad = np.flatnonzero(~np.isfinite(values))
-            if len(bad):
-                row = int(bad[0])
-                kind = "a missing value (NaN)" if np.isnan(values[row]) else f"the value {values[row]}"
-                raise ValueError(
-                    f"{NAME}: numeric column {name!r} of {self._where()} has {kind} at row {row} ({len(bad)} "
-                    "non-finite row(s)); fill or drop those rows, or add the column to categorical (missing "
-                    f"categories map to {UNKNOWN})"
-                )
-            out[:, j] = values
-        return torch.from_numpy(out)
-
-    def _targets(self, frame: "pd.DataFrame") -> Tensor:
-        """Class ids (int64) or regression targets (float32), shape ``(N,)``."""
-        import pandas as pd
-
-        column = frame[self.target]
-        missing = np.flatnonzero(column.isna().to_numpy())
-        if len(missing):
-            raise ValueError(
-                f"{NAME}: the target column {self.target!r} of {self._where()} has {len(missing)} missing value(s); "
-                f"first at row {int(missing[0])}; drop or fill those rows"
-            )
-        if self.task == "regression":
-            values = pd.to_numeric(column, errors="coerce") if not is_numeric_column(column) else column
-            bad = np.flatnonzero(values.isna().to_numpy())
-            if len(bad):
-                row = int(bad[0])
-                raise ValueError(
-                    f"{NAME}: task='regression' needs a numeric target, but column {self.target!r} of "
-                    f"{self._where()} has {column.iloc[row]!r} at row {row}; use task='classification' for labels"
-                )
-            numbers = values.to_numpy(dtype=np.float64)
-            bad = np.flatnonzero(~np.isfinite(numbers))
-            if len(bad):
-                row = int(bad[0])
-                raise ValueError(
-                    f"{NAME}: the target column {self.target!r} of {self._where()} has the value {numbers[row]} at "
-                    f"row {row}; regression targets must be finite"
-                )
-            return torch.tensor(numbers, dtype=torch.float32)
-        if is_numeric_column(column) and not pd.api.types.is_bool_dtype(column):
-            numbers = column.to_numpy(dtype=np.float64)
-            bad = np.flatnonzero(~np.isfinite(numbers) | (numbers != np.floor(numbers)))
-            if len(bad):
-                row = int(bad[0])
-                raise ValueError(
-                    f"{NAME}: the classification target {self.target!r} of {self._where()} has the non-integer "
-                    f"value {numbers[row]} at row {row}; class labels are ints or strings: use task='regression' "
-                    "to predict numbers"
-                )
-            distinct = np.unique(numbers)  # numeric labels sorted by value (2 before 10)
-            names = [category_name(v) for v in distinct]
-            ids = np.searchsorted(distinct, numbers)
-        else:
-            ids, names = encode_names(column)
-        if self._class_names is None:
-            if len(names) < 2:
-                raise ValueError(
-                    f"{NAME}: the target column {self.target!r} of {self._where()} has only the label(s) {names}; "
-                    "classification needs at least 2 classes"
-                )
-            self._class_names = names
-            return torch.as_tensor(ids, dtype=torch.long)
-        # class names restored from a checkpoint: map this file's labels onto them
-        position = {name: i for i, name in enumerate(self._class_names)}
-        unknown = [n for n in names if n not in position]
-        if unknown:
-            rows = np.flatnonzero(np.isin(np.asarray(names, dtype=object)[ids], unknown))
-            raise ValueError(
-                f"{NAME}: label {unknown[0]!r} at row {int(rows[0])} of {self._where()} is not one of the "
-                f"checkpoint's classes {self._class_names}"
-            )
-        remap = np.array([position[n] for n in names], dtype=np.int64)
-        return torch.as_tensor(remap[ids], dtype=torch.long)
-
     # --- the BaseDataModule hooks ---------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        """Read and check the file, split it, fit the encoder on the train rows and encode every split."""
+        try:
+            super().setup(stage)
+        finally:
+            self._frame = None  # the splits hold the encoded rows
+
     def load(self) -> tuple[Tensor, Tensor]:
-        """The numeric columns (float64) followed by one code column per categorical column (-1 for missing)."""
+        """The position of every row of the file, and its target; the whole file is checked first."""
         frame = read_table(self.path)
-        if self._restored is None:
-            self._class_names = None  # from this file's labels, also when an earlier setup failed half-way
-        self.numeric_columns, self.categorical_columns = self._resolve_columns(frame)
-        targets = self._targets(frame)
-        numeric = self._numeric_values(frame, self.numeric_columns)
-        codes = []
-        self._levels = {}
-        for name in self.categorical_columns:
-            column_codes, self._levels[name] = encode_names(frame[name])
-            codes.append(torch.from_numpy(column_codes).double().unsqueeze(1))
-        return torch.cat([numeric, *codes], dim=1), targets
+        numeric, categorical = self._resolve_columns(frame)
+        if self._restored is None:  # class names from this file's labels, also when an earlier setup failed half-way
+            self.encoder = self._new_encoder(numeric, categorical)
+        targets = self.encoder.targets(frame)
+        self.encoder.numeric_values(frame)  # every numeric value is a finite number, or the error names its row
+        self._frame = frame
+        return torch.arange(len(frame)), targets
 
-    def fit_preprocessing(self, train_inputs: Tensor) -> None:
-        if self._restored is not None:  # the checkpoint's encoding, not a new one
-            self._fitted = True
-            return
-        n_numeric = len(self.numeric_columns)
-        self.standardizer = Standardizer()
-        if n_numeric:
-            self.standardizer.fit(train_inputs[:, :n_numeric])
-        self.vocabularies = {}
-        n_train = len(train_inputs)
-        for j, name in enumerate(self.categorical_columns):
-            present = torch.unique(train_inputs[:, n_numeric + j].long()).tolist()
-            levels = self._levels[name]
-            self.vocabularies[name] = [levels[code] for code in present if code >= 0]  # sorted, like the levels
-            size = len(self.vocabularies[name])
-            if size > 50 and size > n_train // 2:
-                rank_zero_warn(
-                    f"{NAME}: categorical column {name!r} of {self._where()} has {size} distinct values in "
-                    f"{n_train} train rows; it looks like an identifier, which one-hot encoding cannot generalize "
-                    "from: leave it out with features"
-                )
-        self._fitted = True
+    def _rows(self, positions: Tensor) -> "pd.DataFrame":
+        """The rows of the file at ``positions`` (the samples of a split), while ``setup`` holds the file."""
+        if self._frame is None:
+            raise RuntimeError(f"{NAME}: the file's rows are read by load(), in setup(); call setup() instead")
+        return self._frame.iloc[positions.numpy()]
 
-    def preprocess(self, inputs: Tensor) -> Tensor:
-        n_numeric = len(self.numeric_columns)
-        parts = []
-        if n_numeric:
-            parts.append(self.standardizer.transform(inputs[:, :n_numeric]).float())
-        for j, name in enumerate(self.categorical_columns):
-            vocabulary = self.vocabularies[name]
-            index = {value: i + 1 for i, value in enumerate(vocabulary)}
-            # file level -> vocabulary id (0: unknown); the appended 0 serves code -1 (missing value)
-            table = torch.tensor([index.get(level, 0) for level in self._levels[name]] + [0], dtype=torch.long)
-            ids = table[inputs[:, n_numeric + j].long()]
-            parts.append(F.one_hot(ids, len(vocabulary) + 1).float())
-        return torch.cat(parts, dim=1)
+    def fit_preprocessing(self, train_rows: Tensor) -> None:
+        """Fit the encoder on the train rows (a restored encoding is kept as it is)."""
+        if self._restored is None:  # otherwise the checkpoint's encoding, not a new one
+            self.encoder.fit(self._rows(train_rows))
+
+    def preprocess(self, rows: Tensor) -> Tensor:
+        """The rows at these positions, encoded: float32 ``(N, in_features)``."""
+        return self.encoder.transform(self._rows(rows))
 
     def train_sampler(self, dataset: Dataset) -> Sampler | None:
         """``ClassBalancedSampler`` over the train labels with ``class_balance``; seeded shuffling otherwise."""
@@ -470,19 +331,7 @@ class TabularDataModule(BaseDataModule):
     # --- checkpoints ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The encoding (class names, columns, vocabularies, numeric statistics); empty before ``setup``."""
-        if not self._fitted:
-            return {}
-        mean, std = self.standardizer.mean, self.standardizer.std
-        return {
-            "task": self.task,
-            "target": self.target,
-            "class_names": None if self._class_names is None else list(self._class_names),
-            "numeric_columns": list(self.numeric_columns),
-            "categorical_columns": list(self.categorical_columns),
-            "vocabularies": {name: list(self.vocabularies[name]) for name in self.categorical_columns},
-            "numeric_mean": [] if mean is None else mean.double().tolist(),
-            "numeric_std": [] if std is None else std.double().tolist(),
-        }
+        return self.encoder.state_dict() if self.encoder.fitted else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Use a checkpoint's encoding from now on (rebuilding the splits if ``setup`` already ran with another).
@@ -498,18 +347,11 @@ class TabularDataModule(BaseDataModule):
                     f"{NAME}: the checkpoint's data module has {key}={state_dict[key]!r} but this one has "
                     f"{key}={getattr(self, key)!r}"
                 )
-        if self._fitted and self.state_dict() == state_dict:
+        if self.encoder.fitted and self.state_dict() == state_dict:
             return
-        self._class_names = None if state_dict["class_names"] is None else list(state_dict["class_names"])
-        self.numeric_columns = list(state_dict["numeric_columns"])
-        self.categorical_columns = list(state_dict["categorical_columns"])
-        self.vocabularies = {name: list(values) for name, values in state_dict["vocabularies"].items()}
-        self.standardizer = Standardizer()
-        if self.numeric_columns:
-            self.standardizer.mean = torch.tensor(state_dict["numeric_mean"], dtype=torch.float64)
-            self.standardizer.std = torch.tensor(state_dict["numeric_std"], dtype=torch.float64)
+        self.encoder = self._new_encoder()
+        self.encoder.load_state_dict(state_dict)
         self._restored = dict(state_dict)
-        self._fitted = True
         if self.datasets:  # setup ran with another encoding: encode the splits again with this one
             self.datasets = {}
             self.class_counts = None

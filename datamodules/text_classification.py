@@ -186,6 +186,10 @@ class TextClassificationDataModule(BaseDataModule):
     ``max_vocab_size`` and use it (``vocab_size <= max_vocab_size``). The vocabulary and the class names are saved
     in checkpoints (``state_dict``), so a reloaded module encodes text and labels identically.
 
+    The other arguments (``batch_size``, ``val_fraction``, ``test_fraction``, ``seed``, the loader options) are
+    ``BaseDataModule``'s, passed on through ``**kwargs``; ``num_workers=0`` is usually fastest, since the texts are
+    encoded in memory once.
+
     Args:
         path: CSV or JSONL file with one text and one label per record.
         text_field: Name of the text field (CSV column or JSON key).
@@ -197,14 +201,9 @@ class TextClassificationDataModule(BaseDataModule):
             tokens kept; null for no limit.
         max_length: Keep the first ``max_length`` tokens of each text.
         bucket_by_length: Batch texts of similar length together (less padding, faster); batch order is shuffled.
-        batch_size: Texts per batch.
-        val_fraction: Fraction of the texts held out for validation (stratified by label).
-        test_fraction: Fraction of the texts held out for testing (stratified by label).
-        seed: Seed of the split and of the train shuffling.
-        num_workers: DataLoader worker processes (0 is usually fastest: the texts are encoded in memory once).
-        drop_last: Drop the last incomplete train batch.
-        pin_memory: Pin host memory; default: on when training on CUDA.
     """
+
+    save_init_arguments = True
 
     def __init__(
         self,
@@ -216,13 +215,7 @@ class TextClassificationDataModule(BaseDataModule):
         max_vocab_size: int | None = None,
         max_length: int = 256,
         bucket_by_length: bool = False,
-        batch_size: int = 64,
-        val_fraction: float = 0.2,
-        test_fraction: float = 0.0,
-        seed: int = 0,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        pin_memory: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         name = type(self).__name__
         if max_length < 1:
@@ -238,16 +231,7 @@ class TextClassificationDataModule(BaseDataModule):
             self._tokenize = get_tokenizer(tokenizer)
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
-        super().__init__(
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            seed=seed,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-        )
-        self.save_hyperparameters(logger=False)
+        super().__init__(**kwargs)
         self.path = path
         self.text_field = text_field
         self.label_field = label_field

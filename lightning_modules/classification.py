@@ -6,12 +6,10 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Score
 
-from lightning_modules.optim import Schedule
 from lightning_modules.task import StepOutput, Task, batch_length, split_batch
 
 
@@ -34,6 +32,9 @@ class ClassificationModule(Task):
     ``val/f1``), AUROC on val/test (``val/auroc``), and the confusion matrix of the last val/test epoch in
     ``last_confusion_matrix`` (multiclass and binary).
 
+    The other arguments (``optimizer``, ``schedule``, ``monitor``, ``monitor_mode``, ``compile``, ``channels_last``)
+    are ``Task``'s, passed on through ``**kwargs``; ``monitor`` defaults to ``val/acc``.
+
     Args:
         model: The network; its output width must be ``num_classes`` (1 for binary).
         num_classes: Number of classes (2 for binary; number of labels for multilabel).
@@ -41,13 +42,6 @@ class ClassificationModule(Task):
         label_smoothing: Amount of label smoothing in [0, 1).
         class_weights: One loss weight per class, "auto" for inverse class frequency from the data module's
             ``class_counts`` (multiclass and binary), or null for equal weights.
-        optimizer: A callable that builds the optimizer from parameter groups (default ``torch.optim.AdamW``).
-        schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
-        monitor: Metric that defines "best" (default ``val/acc``).
-        monitor_mode: "min" or "max" for ``monitor`` (default: from the metric name).
-        compile: Compile the network with ``torch.compile`` (checkpoints are unaffected).
-        channels_last: Keep the network's 4-D weights and image batches in channels-last memory format (faster
-            convolutions with mixed precision on GPUs); other tensors are untouched.
     """
 
     default_monitor = "val/acc"
@@ -59,12 +53,7 @@ class ClassificationModule(Task):
         task: Literal["multiclass", "binary", "multilabel"] = "multiclass",
         label_smoothing: float = 0.0,
         class_weights: list[float] | Literal["auto"] | None = None,
-        optimizer: OptimizerCallable = torch.optim.AdamW,
-        schedule: Schedule | None = None,
-        monitor: str | None = None,
-        monitor_mode: Literal["min", "max"] | None = None,
-        compile: bool = False,
-        channels_last: bool = False,
+        **kwargs: Any,
     ) -> None:
         name = "ClassificationModule"
         if task not in ("multiclass", "binary", "multilabel"):
@@ -87,10 +76,7 @@ class ClassificationModule(Task):
         self.task = task
         self.label_smoothing = label_smoothing
         self.auto_class_weights = class_weights == "auto"
-        super().__init__(
-            model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode, compile=compile,
-            channels_last=channels_last,
-        )
+        super().__init__(model, **kwargs)
         fixed = class_weights if isinstance(class_weights, list) else [1.0] * num_classes
         # always a tensor (ones = unweighted) so it is part of every checkpoint, "auto" weights included
         self.register_buffer("class_weights", torch.tensor(fixed, dtype=torch.float32))

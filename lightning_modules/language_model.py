@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.text import Perplexity
 
-from lightning_modules.optim import Schedule
 from lightning_modules.task import StepOutput, Task, batch_length, initial_loss_wording, split_batch
 
 
@@ -23,17 +21,13 @@ class LanguageModelModule(Task):
     dicts with ``input_ids`` and token-level ``labels`` (padding labelled ``ignore_index``). The loss is the mean
     cross entropy over non-ignored positions; ``val/ppl`` is its exponential.
 
+    The other arguments (``optimizer``, ``schedule``, ``monitor``, ``monitor_mode``, ``compile``, ``channels_last``)
+    are ``Task``'s, passed on through ``**kwargs``; ``monitor`` defaults to ``val/loss``.
+
     Args:
         model: The network (e.g. ``GPT``); called as ``model(input_ids)`` or with the batch's named inputs.
         vocab_size: Size of the vocabulary (the network's output width).
         ignore_index: Target value that contributes nothing to loss and perplexity (padding).
-        optimizer: A callable that builds the optimizer from parameter groups (default ``torch.optim.AdamW``).
-        schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
-        monitor: Metric that defines "best" (default ``val/loss``).
-        monitor_mode: "min" or "max" for ``monitor`` (default: from the metric name).
-        compile: Compile the network with ``torch.compile`` (checkpoints are unaffected).
-        channels_last: Keep the network's 4-D weights and image batches in channels-last memory format (faster
-            convolutions with mixed precision on GPUs); other tensors are untouched.
     """
 
     default_monitor = "val/loss"
@@ -43,21 +37,13 @@ class LanguageModelModule(Task):
         model: nn.Module,
         vocab_size: int,
         ignore_index: int = -100,
-        optimizer: OptimizerCallable = torch.optim.AdamW,
-        schedule: Schedule | None = None,
-        monitor: str | None = None,
-        monitor_mode: Literal["min", "max"] | None = None,
-        compile: bool = False,
-        channels_last: bool = False,
+        **kwargs: Any,
     ) -> None:
         if vocab_size < 2:
             raise ValueError(f"LanguageModelModule: vocab_size must be >= 2, got {vocab_size}")
         self.vocab_size = vocab_size
         self.ignore_index = ignore_index
-        super().__init__(
-            model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode, compile=compile,
-            channels_last=channels_last,
-        )
+        super().__init__(model, **kwargs)
 
     def build_metrics(self) -> MetricCollection:
         return MetricCollection({"ppl": Perplexity(ignore_index=self.ignore_index)})

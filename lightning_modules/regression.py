@@ -6,12 +6,10 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
 
-from lightning_modules.optim import Schedule
 from lightning_modules.task import StepOutput, Task, batch_length, split_batch
 
 
@@ -22,19 +20,15 @@ class RegressionModule(Task):
     train split (measured once at the start of fit and stored in the checkpoint); ``predict_step`` and the
     metrics always work in the original units.
 
+    The other arguments (``optimizer``, ``schedule``, ``monitor``, ``monitor_mode``, ``compile``, ``channels_last``)
+    are ``Task``'s, passed on through ``**kwargs``; ``monitor`` defaults to ``val/loss``.
+
     Args:
         model: The network; outputs ``(batch, out_features)`` (``(batch, 1)`` for one target).
         out_features: Number of targets predicted per sample.
         loss: "mse", "huber" or "l1".
         huber_delta: Threshold of the Huber loss (in standardized units when ``standardize_targets``).
         standardize_targets: Learn on targets standardized with train-split statistics.
-        optimizer: A callable that builds the optimizer from parameter groups (default ``torch.optim.AdamW``).
-        schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
-        monitor: Metric that defines "best" (default ``val/loss``).
-        monitor_mode: "min" or "max" for ``monitor`` (default: from the metric name).
-        compile: Compile the network with ``torch.compile`` (checkpoints are unaffected).
-        channels_last: Keep the network's 4-D weights and image batches in channels-last memory format (faster
-            convolutions with mixed precision on GPUs); other tensors are untouched.
     """
 
     default_monitor = "val/loss"
@@ -46,12 +40,7 @@ class RegressionModule(Task):
         loss: Literal["mse", "huber", "l1"] = "mse",
         huber_delta: float = 1.0,
         standardize_targets: bool = False,
-        optimizer: OptimizerCallable = torch.optim.AdamW,
-        schedule: Schedule | None = None,
-        monitor: str | None = None,
-        monitor_mode: Literal["min", "max"] | None = None,
-        compile: bool = False,
-        channels_last: bool = False,
+        **kwargs: Any,
     ) -> None:
         if out_features < 1:
             raise ValueError(f"RegressionModule: out_features must be >= 1, got {out_features}")
@@ -63,10 +52,7 @@ class RegressionModule(Task):
         self.loss_name = loss
         self.huber_delta = huber_delta
         self.standardize_targets = standardize_targets
-        super().__init__(
-            model, optimizer=optimizer, schedule=schedule, monitor=monitor, monitor_mode=monitor_mode, compile=compile,
-            channels_last=channels_last,
-        )
+        super().__init__(model, **kwargs)
         self.register_buffer("target_mean", torch.zeros(out_features))
         self.register_buffer("target_std", torch.ones(out_features))
         self.register_buffer("target_stats_fitted", torch.tensor(False))

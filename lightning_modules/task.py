@@ -96,7 +96,8 @@ class Task(LightningModule):
         optimizer: A callable that builds the optimizer from parameter groups (default ``torch.optim.AdamW``).
             Biases and norm weights are put in a group with ``weight_decay=0``.
         schedule: Learning-rate schedule: ``WarmupCosine``, ``OneCycle``, ``Plateau`` or ``Constant`` (default).
-        monitor: Metric that defines "best" for checkpoints, early stopping and ``Plateau``; default per task.
+        monitor: Metric that defines "best" for checkpoints, early stopping and ``Plateau``; default: the task's
+            ``default_monitor`` (``val/acc`` for classification, ``val/loss`` for regression and language models).
         monitor_mode: "min" or "max" for ``monitor``; default: "min" for losses and errors, "max" otherwise.
         compile: Compile the network with ``torch.compile`` (in place: parameter names and checkpoints stay the
             same as without it, so compiled and plain checkpoints load into each other).

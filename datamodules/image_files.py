@@ -1,0 +1,99 @@
+"""Image files for the image data modules: finding them, checking them, decoding and resizing them with Pillow."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+from torch.utils.data import Dataset
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+MODES = {1: "L", 3: "RGB"}
+
+
+def as_size(image_size: int | Sequence[int]) -> tuple[int, int]:
+    """``(height, width)`` from one side length or a ``(height, width)`` pair; raises ``ValueError`` otherwise."""
+    if isinstance(image_size, bool):
+        raise ValueError(f"image_size must be an int or a (height, width) pair, got {image_size!r}")
+    if isinstance(image_size, int):
+        size = (image_size, image_size)
+    else:
+        size = tuple(image_size)  # type: ignore[assignment]
+        if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) for s in size):
+            raise ValueError(f"image_size must be an int or a (height, width) pair of ints, got {image_size!r}")
+    if min(size) < 1:
+        raise ValueError(f"image_size must be >= 1, got {image_size!r}")
+    return size  # type: ignore[return-value]
+
+
+def is_image_file(name: str) -> bool:
+    """A visible file with a .png, .jpg or .jpeg suffix in any case."""
+    return not name.startswith(".") and name.lower().endswith(IMAGE_SUFFIXES)
+
+
+def find_class_names(root: str | os.PathLike) -> list[str]:
+    """Sorted names of the visible sub-folders of ``root`` (hidden ones such as ``.ipynb_checkpoints`` skipped)."""
+    with os.scandir(root) as entries:
+        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+
+
+def find_images(folder: str | os.PathLike) -> list[str]:
+    """Paths of the image files under ``folder`` and its visible sub-folders, in sorted (deterministic) order."""
+    found = []
+    for directory, subdirs, files in os.walk(folder, followlinks=True):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        found.extend(os.path.join(directory, f) for f in files if is_image_file(f))
+    return sorted(found)
+
+
+def check_image(path: str) -> None:
+    """Fail with the file's path when Pillow cannot identify it or its structure is broken (no full decode)."""
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, struct.error, ... on bad files
+        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+
+
+def read_image(path: str, size: tuple[int, int], channels: int) -> Tensor:
+    """One image file as a uint8 tensor ``(channels, height, width)``: converted to "L"/"RGB", bilinear resize.
+
+    The file is only read. Alpha is dropped (not composited); EXIF orientation is not applied.
+    """
+    height, width = size
+    try:
+        with Image.open(path) as image:
+            image = image.convert(MODES[channels])
+            if image.size != (width, height):
+                image = image.resize((width, height), Image.Resampling.BILINEAR)
+            array = np.array(image, dtype=np.uint8)
+    except Exception as err:
+        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
+class DecodedImages(Dataset):
+    """The files ``paths`` decoded and resized to uint8 ``(C, H, W)`` tensors; used to stream or cache a split.
+
+    Args:
+        paths: Image files.
+        size: Target ``(height, width)``.
+        channels: 1 (grayscale) or 3 (RGB).
+    """
+
+    def __init__(self, paths: Sequence[str], size: tuple[int, int], channels: int) -> None:
+        self.paths = list(paths)
+        self.size = size
+        self.channels = channels
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> Tensor:
+        return read_image(self.paths[index], self.size, self.channels)
