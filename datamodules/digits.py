@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -55,30 +55,19 @@ class DigitsDataModule(BaseDataModule):
         self.flatten = flatten
         self.standardizer = Standardizer()
 
-    @property
-    def num_classes(self) -> int:
-        """Number of classes: 10 (the digits 0-9)."""
-        return 10
+    #: Number of classes: 10 (the digits 0-9).
+    num_classes: ClassVar[int] = 10
+    #: Width of one flattened sample: 64 pixels.
+    in_features: ClassVar[int] = 64
+    #: Channels of one image: 1 (grey levels).
+    in_channels: ClassVar[int] = 1
+    #: Height and width of one image: 8.
+    image_size: ClassVar[int] = 8
 
     @property
     def class_names(self) -> list[str]:
         """Name of each class id: the digits "0" to "9"."""
         return [str(digit) for digit in range(10)]
-
-    @property
-    def in_features(self) -> int:
-        """Width of one flattened sample: 64 pixels."""
-        return 64
-
-    @property
-    def in_channels(self) -> int:
-        """Channels of one image: 1 (grey levels)."""
-        return 1
-
-    @property
-    def image_size(self) -> int:
-        """Height and width of one image: 8."""
-        return 8
 
     def load(self) -> tuple[Tensor, Tensor]:
         return load_digit_images()

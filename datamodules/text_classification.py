@@ -6,7 +6,7 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import torch
 from torch import Tensor
@@ -204,6 +204,10 @@ class TextClassificationDataModule(BaseDataModule):
     """
 
     save_init_arguments = True
+    #: Id of ``<pad>``: 0.
+    pad_id: ClassVar[int] = 0
+    #: Id of ``<unk>``: 1.
+    unk_id: ClassVar[int] = 1
 
     def __init__(
         self,
@@ -245,16 +249,6 @@ class TextClassificationDataModule(BaseDataModule):
         self._keep_order = False
 
     # --- description ----------------------------------------------------------------------------------------
-    @property
-    def pad_id(self) -> int:
-        """Id of ``<pad>``: 0."""
-        return 0
-
-    @property
-    def unk_id(self) -> int:
-        """Id of ``<unk>``: 1."""
-        return 1
-
     @property
     def num_classes(self) -> int | None:
         """Number of classes (distinct labels of the file); ``None`` before ``setup``."""

@@ -108,13 +108,7 @@ class ClassificationModule(Task):
         return MetricCollection({"auroc": AUROC(**kwargs)})
 
     def check_data(self, datamodule: Any) -> None:
-        data_classes = getattr(datamodule, "num_classes", None)
-        if data_classes is not None and data_classes != self.num_classes:
-            raise ValueError(
-                f"{type(datamodule).__name__} has {data_classes} classes but ClassificationModule has "
-                f"num_classes={self.num_classes}: set model.init_args.num_classes (and the network's output "
-                f"width) to {data_classes}"
-            )
+        self.check_data_size(datamodule, "num_classes", "{} classes")
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
@@ -144,12 +138,12 @@ class ClassificationModule(Task):
     def logits(self, inputs: Any) -> Tensor:
         """Network output, checked against the expected width; binary logits are squeezed to ``(batch,)``."""
         logits = self.run_model(inputs)
-        if logits.ndim != 2 or logits.shape[-1] != self.out_features:
-            raise ValueError(
-                f"ClassificationModule(task={self.task!r}, num_classes={self.num_classes}) expects the network to "
-                f"output shape (batch, {self.out_features}), got {tuple(logits.shape)}: check the network's "
-                "output width"
-            )
+        self.check_output_shape(
+            logits,
+            ("batch", self.out_features),
+            f"ClassificationModule(task={self.task!r}, num_classes={self.num_classes})",
+            ": check the network's output width",
+        )
         return logits.squeeze(-1) if self.task == "binary" else logits
 
     def probabilities(self, logits: Tensor) -> Tensor:

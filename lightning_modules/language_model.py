@@ -57,21 +57,14 @@ class LanguageModelModule(Task):
         return initial_loss_wording(expected, int(self.vocab_size), "vocabulary size")
 
     def check_data(self, datamodule: Any) -> None:
-        data_vocab = getattr(datamodule, "vocab_size", None)
-        if data_vocab is not None and data_vocab != self.vocab_size:
-            raise ValueError(
-                f"{type(datamodule).__name__} has vocab_size={data_vocab} but LanguageModelModule has "
-                f"vocab_size={self.vocab_size}: set model.init_args.vocab_size (and the network's) to {data_vocab}"
-            )
+        self.check_data_size(datamodule, "vocab_size", "vocab_size={}", network="the network's")
 
     def logits(self, inputs: Any) -> Tensor:
         """Next-token logits ``(batch, time, vocab_size)``, checked against the vocabulary size."""
         logits = self.run_model(inputs)
-        if logits.ndim != 3 or logits.shape[-1] != self.vocab_size:
-            raise ValueError(
-                f"LanguageModelModule(vocab_size={self.vocab_size}) expects the network to output shape "
-                f"(batch, time, {self.vocab_size}), got {tuple(logits.shape)}"
-            )
+        self.check_output_shape(
+            logits, ("batch", "time", self.vocab_size), f"LanguageModelModule(vocab_size={self.vocab_size})"
+        )
         return logits
 
     def forward_batch(self, batch: Any) -> StepOutput:

@@ -67,13 +67,7 @@ class RegressionModule(Task):
         )
 
     def check_data(self, datamodule: Any) -> None:
-        data_out = getattr(datamodule, "out_features", None)
-        if data_out is not None and data_out != self.out_features:
-            raise ValueError(
-                f"{type(datamodule).__name__} has {data_out} target(s) but RegressionModule has "
-                f"out_features={self.out_features}: set model.init_args.out_features (and the network's output "
-                f"width) to {data_out}"
-            )
+        self.check_data_size(datamodule, "out_features", "{} target(s)")
 
     def on_train_start(self) -> None:
         if self.standardize_targets and not bool(self.target_stats_fitted):
@@ -113,11 +107,9 @@ class RegressionModule(Task):
         raw = self.run_model(inputs)
         if raw.ndim == 1:
             raw = raw.unsqueeze(-1)
-        if raw.shape[-1] != self.out_features:
-            raise ValueError(
-                f"RegressionModule(out_features={self.out_features}) expects the network to output shape "
-                f"(batch, {self.out_features}), got {tuple(raw.shape)}"
-            )
+        self.check_output_shape(
+            raw, ("batch", self.out_features), f"RegressionModule(out_features={self.out_features})", exact_ndim=False
+        )
         raw = raw * self.target_std + self.target_mean
         return raw.squeeze(-1) if self.out_features == 1 else raw
 

@@ -177,6 +177,32 @@ class Task(LightningModule):
     def check_data(self, datamodule: Any) -> None:
         """Raise ``ValueError`` when the data module's description contradicts the task (called at setup)."""
 
+    def check_data_size(
+        self, datamodule: Any, name: str, data_says: str, network: str = "the network's output width"
+    ) -> None:
+        """Raise ``ValueError`` when ``datamodule.<name>`` is known and differs from this task's ``<name>``.
+
+        The message reads "<DataModule> has <data_says> but <Task> has <name>=<value>: set model.init_args.<name>
+        (and <network>) to <data value>"; ``data_says`` is formatted with the data module's value ("{} classes").
+        """
+        data_value = getattr(datamodule, name, None)
+        mine = getattr(self, name)
+        if data_value is not None and data_value != mine:
+            raise ValueError(
+                f"{type(datamodule).__name__} has {data_says.format(data_value)} but {type(self).__name__} has "
+                f"{name}={mine}: set model.init_args.{name} (and {network}) to {data_value}"
+            )
+
+    def check_output_shape(
+        self, outputs: Tensor, expected: tuple[str | int, ...], task: str, hint: str = "", exact_ndim: bool = True
+    ) -> None:
+        """Raise ``ValueError`` unless the network's ``outputs`` have ``len(expected)`` dimensions (unless not
+        ``exact_ndim``) and the last one's size ``expected[-1]``: "<task> expects the network to output shape
+        (batch, 3), got (8, 5)<hint>"."""
+        if (exact_ndim and outputs.ndim != len(expected)) or outputs.shape[-1] != expected[-1]:
+            shape = ", ".join(str(size) for size in expected)
+            raise ValueError(f"{task} expects the network to output shape ({shape}), got {tuple(outputs.shape)}{hint}")
+
     # --- what the loop doctor asks a task ------------------------------------------------------------------
     def expected_initial_loss(self) -> float | None:
         """The loss a freshly initialized network should have on its first batch, or ``None`` when there is none.
