@@ -12,8 +12,9 @@ in-memory data), three ways, interleaved (slice, batched, per-sample, slice, ...
   per-sample DataLoader(TensorDataset): batch_size ``__getitem__`` calls and a default collate per batch
 
 for 2 features at batch 64 (the spiral) and 784 features at batch 256. Prints batches per second and ratios.
-DESIGN.md asks that in-memory data not pay the per-sample cost; issue 8 sets no number, so the ratios are printed
-without a verdict (batched / per-sample well above 1, batched / slice what the DataLoader machinery costs).
+docs/ARCHITECTURE.md (datamodules, tensor_dataset.py): in-memory data does not pay the per-sample cost; issue 8
+sets no number, so the ratios are printed without a verdict (batched / per-sample well above 1, batched / slice what
+the DataLoader machinery costs).
 """
 
 from __future__ import annotations
