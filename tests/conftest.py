@@ -20,6 +20,17 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models run faster on one torch thread, above all on a busy 2-core machine (``usefixtures("one_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def mlflow_client(directory: Path):
     """An MLflow client on the embedded store of ``directory``."""
     from mlflow.tracking import MlflowClient

@@ -17,13 +17,7 @@ from datamodules.char_lm import CharLMDataModule, WindowDataset
 ALPHABET = "abcdefghijklmnop \n"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run faster on one thread, above all on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread
 
 
 def markov_text(n: int, seed: int = 0, alphabet: str = ALPHABET) -> str:

@@ -27,15 +27,10 @@ from recipes.doctor import (
 
 from test_loop_doctor import SleepyDataset
 
-pytestmark = pytest.mark.filterwarnings("ignore::recipes.doctor.LoopDoctorWarning")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::recipes.doctor.LoopDoctorWarning"),
+    pytest.mark.usefixtures("one_thread"),  # tiny models: one torch thread
+]
 
 
 def rows(n: int, seed: int, classes: int = 3) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,16 +24,10 @@ from recipes.loop_doctor import sample_hashes
 from recipes.tracking import RecipeLogger
 from tests.conftest import mlflow_client
 
-pytestmark = pytest.mark.filterwarnings("ignore::recipes.loop_doctor.LoopDoctorWarning")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run faster on one thread, above all on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::recipes.loop_doctor.LoopDoctorWarning"),
+    pytest.mark.usefixtures("one_thread"),  # tiny models: one torch thread
+]
 
 
 def classifier(network: torch.nn.Module | None = None, **kwargs) -> ClassificationModule:

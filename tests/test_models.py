@@ -13,20 +13,14 @@ from lightning_modules.models.gpt import GPT
 from lightning_modules.models.transformer_classifier import TransformerClassifier
 
 # no validation data in the Lightning smoke tests
-pytestmark = pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`"),
+    pytest.mark.usefixtures("one_thread"),  # tiny models: one torch thread
+]
 
 SMALL_CONV = dict(widths=[8, 16, 32])
 SMALL_TC = dict(d_model=16, n_heads=2, n_layers=2, dim_feedforward=32)
 SMALL_GPT = dict(block_size=16, d_model=16, n_heads=2, n_layers=2)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are tiny: one intra-op thread is faster than several, above all on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def n_params(module: nn.Module) -> int:

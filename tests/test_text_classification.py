@@ -23,13 +23,7 @@ FILLER = "the a of film plot actor scene story music ending one two red blue lon
 KEYWORDS = {"pos": ["excellent", "wonderful", "brilliant"], "neg": ["terrible", "boring", "awful"]}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run faster on one thread, above all on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread
 
 
 def keyword_rows(n: int, seed: int = 0, min_words: int = 3, max_words: int = 30) -> list[tuple[str, str]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import lightning as L
 import pytest
-import torch
 
 import recipes.training_plan as training_plan
 from datamodules import SpiralDataModule
@@ -15,13 +14,7 @@ from recipes.callbacks import TrainingPlan, TrainingPlanWarning, plan_training
 from recipes.tracking import RecipeLogger
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run faster on one thread, above all on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread
 
 
 # --- the arithmetic ----------------------------------------------------------------------------------------
