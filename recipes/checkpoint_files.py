@@ -172,15 +172,19 @@ class CheckpointSummary:
     path: str
     shapes: dict[str, Any] = field(repr=False)
     stamp: dict[str, str]
+    data_settings: dict[str, Any] | None = None  # the data module's saved hyperparameters, if any
 
 
 def inspect_checkpoint(path: str | Path, subcommand: str | None, data_class_path: str | None) -> CheckpointSummary:
     """Read ``path`` once, weights only, and run every check on it: a Lightning checkpoint (for ``fit`` with the
-    states resuming needs) of this recipe's data module. Returns its weights' shapes and its run stamp.
+    states resuming needs) of this recipe's data module. Returns its weights' shapes, its run stamp and the data
+    settings it was trained with.
 
     Raises ``CheckpointError`` naming the file and the problem.
     """
     ckpt = check_checkpoint(path, subcommand)
     check_checkpoint_recipe(path, ckpt, data_class_path)
     shapes = {k: v.shape for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}
-    return CheckpointSummary(path=str(path), shapes=shapes, stamp=run_stamp(ckpt))
+    saved_data = ckpt.get("datamodule_hyper_parameters")
+    data_settings = dict(saved_data) if isinstance(saved_data, dict) else None
+    return CheckpointSummary(path=str(path), shapes=shapes, stamp=run_stamp(ckpt), data_settings=data_settings)

@@ -33,6 +33,7 @@ from recipes.device_settings import DeviceSettingError, apply_device_settings
 from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
 from recipes.run_continuity import continue_stamped_run
 from recipes.run_record import RunRecord
+from recipes.split_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
 from recipes.tracking import TrackingServerUnreachable
 from recipes.tracking_config import (
     RECIPE_LOGGER_CLASS_PATH,
@@ -93,6 +94,7 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self.checkpoint: CheckpointSummary | None = None  # the checked --ckpt_path, once parsed
+        self.data_changes: list[DataChange] = []  # evaluation on other data settings, allowed by the user
         super().__init__(
             model_class=None,
             datamodule_class=None,
@@ -128,6 +130,14 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
             help="Root directory of checkpoints: <checkpoints_dir>/<experiment>/<run id>/{best,last}.ckpt.",
         )
         parser.add_argument(
+            "--allow_data_change",
+            type=bool,
+            default=False,
+            help="validate/test/predict a checkpoint although the data settings differ from the ones it was trained "
+            "with (another seed, split or file: the evaluated rows may include training rows). Recorded as the run "
+            "tag loopwise.allow_data_change.",
+        )
+        parser.add_argument(
             "--predictions_path",
             type=str | None,
             default=None,
@@ -147,6 +157,7 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
         if cfg.get("ckpt_path"):
             self.checkpoint = self.check_checkpoint(cfg)
             cfg["ckpt_path"] = self.checkpoint.path
+            self.data_changes = self.guard_split(cfg, self.checkpoint)
             logger = recipe_logger_config(cfg)
             if self.config.get("subcommand") == "fit" and logger is not None:
                 continue_stamped_run(logger, self.checkpoint.stamp, self.checkpoint.path, tracking_uri(cfg))
@@ -162,6 +173,26 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
             return inspect_checkpoint(path, self.config.get("subcommand"), data_class)
         except (FileNotFoundError, CheckpointError) as err:
             raise RecipeInputError(str(err)) from None
+
+    def guard_split(self, cfg: Namespace, checkpoint: CheckpointSummary) -> list[DataChange]:
+        """Evaluation on the data settings the checkpoint was trained with, or on others only when allowed."""
+        data = cfg.get("data")
+        init_args = data.get("init_args") if isinstance(data, Namespace) else None
+        now = init_args.as_dict() if isinstance(init_args, Namespace) else {}
+        stage = str(self.config.get("subcommand"))
+        try:
+            changes = guard_split(
+                checkpoint.path, stage, checkpoint.data_settings, now, bool(cfg.get("allow_data_change"))
+            )
+        except SplitChanged as err:
+            raise RecipeInputError(str(err)) from None
+        if changes:
+            print(
+                f"recipes: {stage} on other data settings than the checkpoint's, as allowed: "
+                + "; ".join(c.tag() for c in changes),
+                file=sys.stderr,
+            )
+        return changes
 
     @property
     def subcommand_config(self) -> Namespace | None:
@@ -201,7 +232,8 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
         if plugins is not None:
             kwargs.setdefault("plugins", plugins)
         trainer = super().instantiate_trainer(**kwargs)
-        start_tracked_run(trainer, cfg, self.subcommand)
+        changed = {ALLOW_TAG: "; ".join(c.tag() for c in self.data_changes)} if self.data_changes else None
+        start_tracked_run(trainer, cfg, self.subcommand, changed)
         return trainer
 
     def default_callbacks(self, cfg: Namespace) -> list[Callback]:

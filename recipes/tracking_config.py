@@ -98,11 +98,12 @@ def git_commit(cwd: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def start_tracked_run(trainer: Trainer, cfg: Namespace, stage: str) -> None:
-    """Once the trainer exists: tag the run (recipe, stage, checkpoint, git commit) and reopen a continued run."""
+def start_tracked_run(trainer: Trainer, cfg: Namespace, stage: str, extra_tags: dict[str, str] | None = None) -> None:
+    """Once the trainer exists: tag the run (recipe, stage, checkpoint, git commit, ``extra_tags``) and reopen a
+    continued run."""
     for logger in trainer.loggers:
         if isinstance(logger, RecipeLogger):
-            tags = {"loopwise.recipe": recipe_name(cfg), "loopwise.stage": stage}
+            tags = {"loopwise.recipe": recipe_name(cfg), "loopwise.stage": stage, **(extra_tags or {})}
             if cfg.get("ckpt_path"):
                 tags["loopwise.ckpt_path"] = cfg.ckpt_path
             commit = git_commit(Path.cwd())
