@@ -1,5 +1,5 @@
 """Where a recipe's checkpoints live: ``<checkpoints_dir>/<experiment>/<run id>/{best,last}.ckpt``, and what
-``--ckpt_path best|last|mlflow:<run id>/best|last|<file>`` points at."""
+``--ckpt_path best|last|run:<run id>/best|last|mlflow:<run id>/best|last|<file>`` points at."""
 
 from __future__ import annotations
 
@@ -7,16 +7,20 @@ import re
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lightning_modules.compat import checkpoint_state_key
+from recipes.checkpoint_choice import choose_checkpoint
 from recipes.tracking import CHECKPOINT_ARTIFACT_DIR, default_tracking_uri, find_mlflow_logger
 
 ALIASES = ("best", "last")
 MLFLOW_REF = re.compile(r"^mlflow:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
+RUN_REF = re.compile(r"^run:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -134,10 +138,18 @@ def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_
 
 
 def resolve_checkpoint(
-    ckpt_path: str, experiment: str, root: str | Path, tracking_uri: str | None = None
+    ckpt_path: str,
+    experiment: str,
+    root: str | Path,
+    tracking_uri: str | None = None,
+    data_now: Mapping[str, Any] | None = None,
 ) -> str:
-    """Turn ``best``/``last`` into the newest such file of the experiment, ``mlflow:<run_id>/best|last`` into a
-    downloaded copy of that run's checkpoint artifact; check that a path exists.
+    """Turn a ``--ckpt_path`` reference into a checkpoint file and check that it exists:
+
+    * ``best`` / ``last``: chosen among the experiment's tracked fit runs (``checkpoint_choice``; candidates whose
+      data settings differ from ``data_now`` are skipped); the choice is printed.
+    * ``run:<run id>/best|last``: that run's local file; ``mlflow:<run id>/best|last``: a downloaded copy of that
+      run's checkpoint artifact; anything else: a file path.
 
     Raises ``FileNotFoundError`` naming what was looked for.
     """
@@ -146,15 +158,22 @@ def resolve_checkpoint(
         return download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri)
     if ckpt_path.startswith("mlflow:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected mlflow:<run id>/best or mlflow:<run id>/last")
-    if ckpt_path in ALIASES:
-        base = Path(root) / experiment
-        candidates = sorted(base.glob(f"*/{ckpt_path}.ckpt"), key=lambda p: p.stat().st_mtime)
-        if not candidates:
+    ref = RUN_REF.match(ckpt_path)
+    if ref is not None:
+        path = Path(root) / experiment / ref["run_id"] / f"{ref['alias']}.ckpt"
+        if not path.is_file():
             raise FileNotFoundError(
-                f"--ckpt_path {ckpt_path}: no {ckpt_path}.ckpt for experiment {experiment!r} under "
-                f"{base.resolve()}; run `recipes fit` first or give a checkpoint file"
+                f"--ckpt_path {ckpt_path}: no {path.resolve()} (a run of experiment {experiment!r} under "
+                f"{Path(root).resolve()}; mlflow:{ref['run_id']}/{ref['alias']} fetches the run's uploaded copy)"
             )
-        return str(candidates[-1].resolve())
+        return str(path.resolve())
+    if ckpt_path.startswith("run:"):
+        raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected run:<run id>/best or run:<run id>/last")
+    if ckpt_path in ALIASES:
+        choice = choose_checkpoint(ckpt_path, experiment, root, tracking_uri or default_tracking_uri(), data_now)
+        if rank_zero_only.rank == 0:
+            print(f"recipes: --ckpt_path {ckpt_path} = {choice.path} ({choice.description})", flush=True)
+        return choice.path
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(f"--ckpt_path: checkpoint file not found: {path.resolve()}")

@@ -71,6 +71,13 @@ def concise_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"
 
 
+def data_init_args(cfg: Namespace) -> dict[str, Any]:
+    """The data module's ``init_args`` of a parsed config, as a plain dict."""
+    data = cfg.get("data")
+    init_args = data.get("init_args") if isinstance(data, Namespace) else None
+    return init_args.as_dict() if isinstance(init_args, Namespace) else {}
+
+
 def loop_started(trainer: Trainer) -> bool:
     """Whether any loop of ``trainer`` has started processing a batch."""
     progresses = [
@@ -163,11 +170,14 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
                 continue_stamped_run(logger, self.checkpoint.stamp, self.checkpoint.path, tracking_uri(cfg))
 
     def check_checkpoint(self, cfg: Namespace) -> CheckpointSummary:
-        """``--ckpt_path`` resolved (``best``/``last``/``mlflow:``/a file) and read once, weights only (an unsafe
-        pickle is refused, never run), before any run is made; its weights are compared with the model once that is
-        built (``instantiate_trainer``)."""
+        """``--ckpt_path`` resolved (``best``/``last`` among the tracked fit runs on this data, ``run:``,
+        ``mlflow:``, a file) and read once, weights only (an unsafe pickle is refused, never run), before any run is
+        made; its weights are compared with the model once that is built (``instantiate_trainer``)."""
+        data_now = None if cfg.get("allow_data_change") else data_init_args(cfg)
         try:
-            path = resolve_checkpoint(cfg.ckpt_path, experiment_name(cfg), cfg.checkpoints_dir, tracking_uri(cfg))
+            path = resolve_checkpoint(
+                cfg.ckpt_path, experiment_name(cfg), cfg.checkpoints_dir, tracking_uri(cfg), data_now
+            )
             data = cfg.get("data")
             data_class = data.get("class_path") if isinstance(data, Namespace) else None
             return inspect_checkpoint(path, self.config.get("subcommand"), data_class)
@@ -176,9 +186,7 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
 
     def guard_split(self, cfg: Namespace, checkpoint: CheckpointSummary) -> list[DataChange]:
         """Evaluation on the data settings the checkpoint was trained with, or on others only when allowed."""
-        data = cfg.get("data")
-        init_args = data.get("init_args") if isinstance(data, Namespace) else None
-        now = init_args.as_dict() if isinstance(init_args, Namespace) else {}
+        now = data_init_args(cfg)
         stage = str(self.config.get("subcommand"))
         try:
             changes = guard_split(

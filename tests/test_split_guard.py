@@ -41,11 +41,19 @@ def test_guard_split_is_for_evaluation_and_can_be_overridden():
 def test_a_model_trained_with_seed_4_is_not_tested_on_the_default_split(workdir, capsys):
     main(["fit", "-c", str(SPIRAL), *TINY, "--data.init_args.seed", "4"])
     (fit_run,) = runs_of(workdir, "spiral_mlp")
+    last = workdir / "checkpoints" / "spiral_mlp" / fit_run.info.run_id / "last.ckpt"
     capsys.readouterr()
 
+    # `last` looks only among runs on this data: it skips the seed-4 run and says so
+    with pytest.raises(SystemExit) as stop:
+        main(["test", "-c", str(SPIRAL), "--ckpt_path", "last"])
+    assert stop.value.code == 2
+    assert f"skipped 1 run(s) trained on other data (run {fit_run.info.run_id}: seed 4 vs 0)" in capsys.readouterr().err
+
+    # an explicit checkpoint gets the guard
     for stage in ("test", "validate", "predict"):
         with pytest.raises(SystemExit) as stop:
-            main([stage, "-c", str(SPIRAL), "--ckpt_path", "last"])
+            main([stage, "-c", str(SPIRAL), "--ckpt_path", str(last)])
         assert stop.value.code == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1, err
@@ -53,12 +61,12 @@ def test_a_model_trained_with_seed_4_is_not_tested_on_the_default_split(workdir,
         assert "--allow_data_change true" in err
     assert len(runs_of(workdir, "spiral_mlp")) == 1  # nothing ran, no run was made
 
-    main(["test", "-c", str(SPIRAL), "--ckpt_path", "last", "--data.init_args.seed", "4"])
+    main(["test", "-c", str(SPIRAL), "--ckpt_path", "last", "--data.init_args.seed", "4"])  # `last` finds it now
     matching = runs_of(workdir, "spiral_mlp")[-1]
     assert matching.data.tags["loopwise.stage"] == "test" and "test/acc" in matching.data.metrics
     assert "loopwise.allow_data_change" not in matching.data.tags
 
-    main(["test", "-c", str(SPIRAL), "--ckpt_path", "last", "--allow_data_change", "true"])
+    main(["test", "-c", str(SPIRAL), "--ckpt_path", str(last), "--allow_data_change", "true"])
     allowed = runs_of(workdir, "spiral_mlp")[-1]
     assert allowed.info.run_id != matching.info.run_id
     assert allowed.data.tags["loopwise.allow_data_change"] == "seed: 4 -> 0"
