@@ -194,7 +194,7 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
             )
         except SplitChanged as err:
             raise RecipeInputError(str(err)) from None
-        if changes:
+        if changes and rank_zero_only.rank == 0:
             print(
                 f"recipes: {stage} on other data settings than the checkpoint's, as allowed: "
                 + "; ".join(c.tag() for c in changes),
