@@ -25,7 +25,7 @@ from recipes.doctor import (
     TrainEvalModeCheck,
 )
 
-from test_loop_doctor import SleepyDataset
+from test_loop_doctor import ForcesTrainMode, SleepyDataset
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::recipes.doctor.LoopDoctorWarning"),
@@ -199,12 +199,6 @@ def test_schedule_check_alone_fails_before_the_first_step():
     with pytest.raises(ScheduleError, match="OneCycleLR is a per-step schedule.*move 4x too slowly"):
         fit(check, OneCyclePerEpoch(MLP(2, 3, [16]), 3), loader(*rows(32, 0)), max_epochs=2)
     assert [(f.check, f.step) for f in check.findings] == [("schedule", 0)]
-
-
-class ForcesTrainMode(MLP):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.train()
-        return super().forward(x)
 
 
 def test_train_eval_mode_check_alone_reports_validation_in_train_mode():
