@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ class Candidate:
     mode: str | None
     score: float | None
     changes: list[DataChange]
+    checkpoint: Any = field(repr=False, default=None)  # the loaded (memory-mapped) file, for the checks after
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Choice:
     path: str
     run_id: str
     description: str
+    checkpoint: Any = field(repr=False, default=None)  # the loaded (memory-mapped) file: not read a second time
 
 
 def read_candidate(run_id: str, path: Path, alias: str, data_now: Mapping[str, Any] | None) -> Candidate | None:
@@ -63,7 +65,7 @@ def read_candidate(run_id: str, path: Path, alias: str, data_now: Mapping[str, A
     saved = ckpt.get("datamodule_hyper_parameters")
     changes = data_changes(saved if isinstance(saved, dict) else None, data_now or {}) if data_now is not None else []
     epoch = ckpt.get("epoch")
-    return Candidate(run_id, path, int(epoch) if epoch is not None else None, monitor, mode, score, changes)
+    return Candidate(run_id, path, int(epoch) if epoch is not None else None, monitor, mode, score, changes, ckpt)
 
 
 def epoch_text(candidate: Candidate) -> str:
@@ -127,7 +129,7 @@ def choose_checkpoint(
             )
         newest = max(candidates, key=lambda c: c.path.stat().st_mtime)
         described = f"run {newest.run_id}, {epoch_text(newest)}{skip_note}"
-        return Choice(str(newest.path.resolve()), newest.run_id, described)
+        return Choice(str(newest.path.resolve()), newest.run_id, described, newest.checkpoint)
     scored = [c for c in candidates if c.monitor is not None and c.score is not None and not math.isnan(c.score)]
     if not scored:
         raise FileNotFoundError(
@@ -145,6 +147,7 @@ def choose_checkpoint(
         best.run_id,
         f"run {best.run_id}, {epoch_text(best)}, {best.monitor} {best.score:.4g} (best of {len(comparable)} finished "
         f"fit run(s){others}{skip_note})",
+        best.checkpoint,
     )
 
 

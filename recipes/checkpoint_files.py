@@ -65,13 +65,14 @@ def describe_load_error(path: Path, err: BaseException) -> str:
     return f"not a PyTorch checkpoint file ({size:,} bytes; torch.load failed: {type(err).__name__} {text[:120]})"
 
 
-def check_checkpoint(path: str | Path, subcommand: str | None) -> dict[str, Any]:
-    """Load ``path`` weights-only and check it is a Lightning checkpoint: a dict with a ``state_dict``; for ``fit``
-    also the loop and optimizer states that resuming needs. Returns the loaded checkpoint (memory-mapped).
+def check_checkpoint(path: str | Path, subcommand: str | None, loaded: Any = None) -> dict[str, Any]:
+    """Load ``path`` weights-only (unless ``loaded`` is its content, read already) and check it is a Lightning
+    checkpoint: a dict with a ``state_dict``; for ``fit`` also the loop and optimizer states that resuming needs.
+    Returns the loaded checkpoint (memory-mapped).
 
     Raises ``CheckpointError`` naming the file and the problem.
     """
-    ckpt = load_checkpoint_weights_only(path)
+    ckpt = load_checkpoint_weights_only(path) if loaded is None else loaded
     if not isinstance(ckpt, dict):
         raise CheckpointError(
             f"--ckpt_path {path}: not a Lightning checkpoint: the file holds a {type(ckpt).__name__}, not a dict "
@@ -175,14 +176,16 @@ class CheckpointSummary:
     data_settings: dict[str, Any] | None = None  # the data module's saved hyperparameters, if any
 
 
-def inspect_checkpoint(path: str | Path, subcommand: str | None, data_class_path: str | None) -> CheckpointSummary:
-    """Read ``path`` once, weights only, and run every check on it: a Lightning checkpoint (for ``fit`` with the
-    states resuming needs) of this recipe's data module. Returns its weights' shapes, its run stamp and the data
-    settings it was trained with.
+def inspect_checkpoint(
+    path: str | Path, subcommand: str | None, data_class_path: str | None, loaded: Any = None
+) -> CheckpointSummary:
+    """Read ``path`` once, weights only (or take ``loaded``, its content read already when ``best``/``last`` chose
+    it), and run every check on it: a Lightning checkpoint (for ``fit`` with the states resuming needs) of this
+    recipe's data module. Returns its weights' shapes, its run stamp and the data settings it was trained with.
 
     Raises ``CheckpointError`` naming the file and the problem.
     """
-    ckpt = check_checkpoint(path, subcommand)
+    ckpt = check_checkpoint(path, subcommand, loaded)
     check_checkpoint_recipe(path, ckpt, data_class_path)
     shapes = {k: v.shape for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}
     saved_data = ckpt.get("datamodule_hyper_parameters")

@@ -8,6 +8,7 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -137,13 +138,21 @@ def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_
     return str(Path(local).resolve())
 
 
+@dataclass(frozen=True)
+class ResolvedCheckpoint:
+    """The file a ``--ckpt_path`` reference names, and its content when resolving it read the file already."""
+
+    path: str
+    loaded: Any = None
+
+
 def resolve_checkpoint(
     ckpt_path: str,
     experiment: str,
     root: str | Path,
     tracking_uri: str | None = None,
     data_now: Mapping[str, Any] | None = None,
-) -> str:
+) -> ResolvedCheckpoint:
     """Turn a ``--ckpt_path`` reference into a checkpoint file and check that it exists:
 
     * ``best`` / ``last``: chosen among the experiment's tracked fit runs (``checkpoint_choice``; candidates whose
@@ -155,7 +164,7 @@ def resolve_checkpoint(
     """
     ref = MLFLOW_REF.match(ckpt_path)
     if ref is not None:
-        return download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri)
+        return ResolvedCheckpoint(download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri))
     if ckpt_path.startswith("mlflow:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected mlflow:<run id>/best or mlflow:<run id>/last")
     ref = RUN_REF.match(ckpt_path)
@@ -166,15 +175,15 @@ def resolve_checkpoint(
                 f"--ckpt_path {ckpt_path}: no {path.resolve()} (a run of experiment {experiment!r} under "
                 f"{Path(root).resolve()}; mlflow:{ref['run_id']}/{ref['alias']} fetches the run's uploaded copy)"
             )
-        return str(path.resolve())
+        return ResolvedCheckpoint(str(path.resolve()))
     if ckpt_path.startswith("run:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected run:<run id>/best or run:<run id>/last")
     if ckpt_path in ALIASES:
         choice = choose_checkpoint(ckpt_path, experiment, root, tracking_uri or default_tracking_uri(), data_now)
         if rank_zero_only.rank == 0:
             print(f"recipes: --ckpt_path {ckpt_path} = {choice.path} ({choice.description})", flush=True)
-        return choice.path
+        return ResolvedCheckpoint(choice.path, choice.checkpoint)
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(f"--ckpt_path: checkpoint file not found: {path.resolve()}")
-    return str(path.resolve())
+    return ResolvedCheckpoint(str(path.resolve()))

@@ -175,12 +175,12 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
         made; its weights are compared with the model once that is built (``instantiate_trainer``)."""
         data_now = None if cfg.get("allow_data_change") else data_init_args(cfg)
         try:
-            path = resolve_checkpoint(
+            resolved = resolve_checkpoint(
                 cfg.ckpt_path, experiment_name(cfg), cfg.checkpoints_dir, tracking_uri(cfg), data_now
             )
             data = cfg.get("data")
             data_class = data.get("class_path") if isinstance(data, Namespace) else None
-            return inspect_checkpoint(path, self.config.get("subcommand"), data_class)
+            return inspect_checkpoint(resolved.path, self.config.get("subcommand"), data_class, resolved.loaded)
         except (FileNotFoundError, CheckpointError) as err:
             raise RecipeInputError(str(err)) from None
 

@@ -278,3 +278,26 @@ def test_a_resume_reads_the_checkpoint_once_before_lightning_restores_it(store, 
     ours = [name for name in readers if name.split(".")[0] in ("recipes", "lightning_modules", "datamodules")]
     assert ours == ["recipes.checkpoint_files"], readers
     assert any(name.startswith("lightning") for name in readers), readers
+
+
+def test_resolving_last_reads_each_candidate_once_and_the_chosen_one_not_again(store, monkeypatch):
+    """`--ckpt_path last` reads the candidates to choose; the checks then reuse the chosen file's content."""
+    before = runs_of(store, "spiral_mlp")
+    fit("--trainer.max_epochs", "1")
+    (first,) = new_runs(store, before)
+    last = (run_dir(store, first.info.run_id) / "last.ckpt").resolve()
+    ours: list[str] = []
+    original = torch.load
+
+    def counting_load(f, *args, **kwargs):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith("torch"):
+            frame = frame.f_back
+        if frame is not None and frame.f_globals.get("__name__", "").startswith("recipes"):
+            ours.append(str(Path(f).resolve()))
+        return original(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    fit("--trainer.max_epochs", "2", "--ckpt_path", "last")  # the newest last.ckpt: this test's
+    assert ours.count(str(last)) == 1, ours
+    assert len(ours) == len(set(ours))  # no file is read twice by loopwise
