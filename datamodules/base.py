@@ -136,6 +136,8 @@ class BaseDataModule(LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
         self._resident: dict[tuple[int, str], BatchedTensorDataset] = {}
         self.class_counts: list[int] | None = None
+        self.split_rows: dict[str, Tensor] = {}  # the source's sample numbers in each split
+        self.prediction_ids: list[Any] = []  # one id per sample of the last predict_dataloader, in order
         if self.save_init_arguments:
             # collected from this frame and the subclasses' __init__ frames above it (Lightning merges **kwargs), or
             # the parsed config when LightningCLI builds the module
@@ -173,6 +175,22 @@ class BaseDataModule(LightningDataModule):
         """How samples become a batch (default: already batched for tensors, torch's default otherwise)."""
         return keep_batch if isinstance(dataset, BatchedTensorDataset) else None
 
+    def new_data(self) -> tuple[Dataset, list[Any]] | None:
+        """The new data to predict (a module's ``predict_path``), preprocessed as at training time, with one id per
+        sample; ``None`` (the default) predicts a split of the training data instead."""
+        return None
+
+    def predicts_new_data(self) -> bool:
+        """Whether ``predict_dataloader`` reads new data (``predict_path``) rather than a split (default: no)."""
+        return False
+
+    #: What a prediction's id is: the sample's number in the source ("row") or, for files, its "path".
+    id_name: ClassVar[str] = "row"
+
+    def sample_id(self, number: int) -> Any:
+        """The id of the source's sample ``number`` in prediction outputs (default: the number itself)."""
+        return number
+
     # --- description ----------------------------------------------------------------------------------------
     @property
     def num_classes(self) -> int | None:
@@ -186,8 +204,8 @@ class BaseDataModule(LightningDataModule):
 
     # --- Lightning hooks -------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
-        if self.datasets:
-            return
+        if self.datasets or (stage == "predict" and self.predicts_new_data()):
+            return  # new data is read by predict_dataloader, with the preprocessing of the checkpoint
         inputs, targets = self.load()
         self.validate_samples(inputs, targets)
         is_class_data = self.num_classes is not None
@@ -197,6 +215,7 @@ class BaseDataModule(LightningDataModule):
         self.fit_preprocessing(select(inputs, indices["train"]))
         for split, idx in indices.items():
             self.datasets[split] = self.make_dataset(split, select(inputs, idx), targets[idx])
+            self.split_rows[split] = idx
         if is_class_data:
             counts = torch.bincount(targets[indices["train"]], minlength=self.num_classes)
             self.class_counts = counts.tolist()
@@ -311,8 +330,17 @@ class BaseDataModule(LightningDataModule):
         return self.make_loader(self.split("test"), train=False)
 
     def predict_dataloader(self) -> DataLoader:
-        """Predict on the test split, or on the val split when there is no test split."""
+        """Predict the new data of ``predict_path`` (modules that read files), in input order; without it the test
+        split, or the val split when there is no test split. ``prediction_ids`` names each sample (its row number
+        in the file, or its path)."""
+        new = self.new_data()
+        if new is not None:
+            dataset, self.prediction_ids = new
+            return self.make_loader(dataset, train=False)
         if not self.datasets:
             self.setup()
         name = "test" if len(self.datasets["test"]) else "val"  # type: ignore[arg-type]
-        return self.make_loader(self.split(name), train=False)
+        loader = self.make_loader(self.split(name), train=False)
+        rows = self.split_rows.get(name)
+        self.prediction_ids = [self.sample_id(int(i)) for i in rows] if rows is not None else []
+        return loader

@@ -120,15 +120,14 @@ class CharLMDataModule(BaseDataModule):
 
     # --- description ----------------------------------------------------------------------------------------
     def _require_vocabulary(self) -> Vocabulary:
-        if self.vocabulary is None:
-            raise RuntimeError(
-                f"{type(self).__name__}: the vocabulary is built from the train text; call setup() first"
-            )
+        if self.vocabulary is None:  # built from the train text by setup
+            self.setup()
+        assert self.vocabulary is not None
         return self.vocabulary
 
     @property
     def vocab_size(self) -> int:
-        """Number of ids (train characters plus ``<unk>``); available after ``setup``."""
+        """Number of ids (train characters plus ``<unk>``). Reads the file (``setup``) if needed."""
         return len(self._require_vocabulary())
 
     @property

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset, Sampler
 from datamodules.base import BaseDataModule
 from datamodules.column_encoding import ColumnEncoder, is_numeric_column
 from datamodules.preprocessing import Standardizer
+from datamodules.tensor_dataset import BatchedTensorDataset
 
 if TYPE_CHECKING:  # pandas is imported when a file is read, not at start-up
     import pandas as pd
@@ -99,6 +100,9 @@ class TabularDataModule(BaseDataModule):
         class_balance: Draw training samples with inverse class-frequency weights (ClassBalancedSampler), so every
             class is seen equally often (draws seeded by ``seed``); classification only. Validation and test keep
             the true distribution.
+        predict_path: A new table (same format and feature columns as ``path``; the target column may be absent
+            and is ignored) that ``predict`` scores row by row, in file order, with the encoding the model was
+            trained with (restored from the checkpoint, never fitted on this file). Default: predict the test split.
     """
 
     save_init_arguments = True
@@ -112,6 +116,7 @@ class TabularDataModule(BaseDataModule):
         categorical: list[str] | None = None,
         task: Literal["classification", "regression"] = "classification",
         class_balance: bool = False,
+        predict_path: str | None = None,
         **kwargs: Any,
     ) -> None:
         if task not in ("classification", "regression"):
@@ -138,6 +143,8 @@ class TabularDataModule(BaseDataModule):
                 if stray:
                     raise ValueError(f"{NAME}: categorical lists {stray}, which are not in features {features}")
         table_format(path)
+        if predict_path is not None:
+            table_format(predict_path)
         if not Path(path).expanduser().exists():
             raise FileNotFoundError(f"{NAME}: the data file {path!r} does not exist (resolved: {Path(path).resolve()})")
         super().__init__(stratify=task == "classification", **kwargs)
@@ -147,6 +154,7 @@ class TabularDataModule(BaseDataModule):
         self.categorical = categorical
         self.task = task
         self.class_balance = class_balance
+        self.predict_path = predict_path
         # the encoding: fitted in setup, or restored from a checkpoint with load_state_dict
         self.encoder = self._new_encoder()
         self._restored: dict[str, Any] | None = None
@@ -327,6 +335,31 @@ class TabularDataModule(BaseDataModule):
 
         labels = dataset.tensors[1]  # type: ignore[attr-defined]
         return ClassBalancedSampler(labels, num_samples=len(labels), seed=self.seed)
+
+    # --- new data -------------------------------------------------------------------------------------------------
+    def predicts_new_data(self) -> bool:
+        return self.predict_path is not None
+
+    def new_data(self) -> tuple[Dataset, list[Any]] | None:
+        """The rows of ``predict_path`` encoded as at training time, with their row numbers (from 0)."""
+        if self.predict_path is None:
+            return None
+        self._ensure_fitted()  # the checkpoint's encoding, or the one the train split gives (the same)
+        frame = read_table(self.predict_path)
+        needed = list(self.encoder.numeric_columns) + list(self.encoder.categorical_columns)
+        missing = [c for c in needed if c not in frame.columns]
+        if missing:
+            raise ValueError(
+                f"{NAME}: {self.predict_path!r} lacks the feature column(s) {missing} the model was trained on "
+                f"(columns it has: {list(frame.columns)}); add them (a categorical column may be empty)"
+            )
+        where = self.encoder.source
+        self.encoder.source = repr(self.predict_path)  # errors name the file being predicted
+        try:
+            features = self.encoder.transform(frame)
+        finally:
+            self.encoder.source = where
+        return BatchedTensorDataset(features), list(range(len(frame)))
 
     # --- checkpoints ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -250,24 +250,25 @@ class TextClassificationDataModule(BaseDataModule):
 
     # --- description ----------------------------------------------------------------------------------------
     @property
-    def num_classes(self) -> int | None:
-        """Number of classes (distinct labels of the file); ``None`` before ``setup``."""
-        return None if self._class_names is None else len(self._class_names)
+    def num_classes(self) -> int:
+        """Number of classes (distinct labels of the file). Reads the file (``setup``) if needed."""
+        return len(self.class_names)
 
     @property
     def class_names(self) -> list[Label]:
-        """The label of each class id, sorted; available after ``setup``."""
+        """The label of each class id, sorted. Reads the file (``setup``) if needed."""
         if self._class_names is None:
-            raise RuntimeError(f"{type(self).__name__}: the class names are read from the file; call setup() first")
+            self.setup()
+        assert self._class_names is not None
         return list(self._class_names)
 
     @property
     def vocab_size(self) -> int:
-        """Number of token ids (``<pad>`` and ``<unk>`` included); available after ``setup``."""
+        """Number of token ids (``<pad>`` and ``<unk>`` included): the train split's vocabulary, built by ``setup``
+        (run here if needed)."""
         if self.vocabulary is None:
-            raise RuntimeError(
-                f"{type(self).__name__}: the vocabulary is built from the train split; call setup() first"
-            )
+            self.setup()
+        assert self.vocabulary is not None
         return len(self.vocabulary)
 
     def tokenize(self, text: str) -> list[str]:

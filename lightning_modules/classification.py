@@ -22,6 +22,17 @@ def inverse_frequency_weights(class_counts: list[int]) -> list[float]:
     return [total / (k * c) for c in class_counts]
 
 
+def class_names_of(datamodule: Any, num_classes: int) -> list[str]:
+    """The data module's ``class_names`` as strings when it has ``num_classes`` of them, else "0".."C-1"."""
+    try:
+        names = getattr(datamodule, "class_names", None)
+    except (RuntimeError, ValueError):
+        names = None
+    if names is None or len(names) != num_classes:
+        return [str(i) for i in range(num_classes)]
+    return [str(name) for name in names]
+
+
 class ClassificationModule(Task):
     """Train a network to classify its inputs.
 
@@ -106,6 +117,17 @@ class ClassificationModule(Task):
         if self.task != "binary":
             kwargs["average"] = "macro"
         return MetricCollection({"auroc": AUROC(**kwargs)})
+
+    @classmethod
+    def data_mismatch(cls, datamodule: Any) -> str | None:
+        """A data module whose ``num_classes`` is ``None`` has no class labels (a regression target)."""
+        if getattr(datamodule, "num_classes", 0) is None:
+            return (
+                f"{cls.__name__} needs class labels, but {type(datamodule).__name__} has none (a regression "
+                "target): use lightning_modules.RegressionModule, or data with class labels (TabularDataModule: "
+                "task: classification)"
+            )
+        return None
 
     def check_data(self, datamodule: Any) -> None:
         self.check_data_size(datamodule, "num_classes", "{} classes")
@@ -192,6 +214,26 @@ class ClassificationModule(Task):
 
     def on_test_epoch_end(self) -> None:
         self._finish_confusion("test")
+
+    def prediction_columns(self, outputs: Tensor, datamodule: Any = None) -> dict[str, list[Any]]:
+        """``prediction`` (the class name with the highest probability) and one ``prob_<class>`` column per class;
+        multilabel: a 0/1 column ``<label>`` (probability >= 0.5) and ``prob_<label>`` per label. Class names are
+        the data module's ``class_names`` (the class ids without them)."""
+        names = class_names_of(datamodule, self.num_classes)
+        probs = outputs.reshape(len(outputs), -1).float()
+        columns: dict[str, list[Any]] = {}
+        if self.task == "multilabel":
+            for i, name in enumerate(names):
+                columns[name] = (probs[:, i] >= 0.5).int().tolist()
+            for i, name in enumerate(names):
+                columns[f"prob_{name}"] = probs[:, i].tolist()
+            return columns
+        if self.task == "binary":
+            probs = torch.cat([1.0 - probs[:, :1], probs[:, :1]], dim=1)
+        columns["prediction"] = [names[i] for i in probs.argmax(dim=1).tolist()]
+        for i, name in enumerate(names):
+            columns[f"prob_{name}"] = probs[:, i].tolist()
+        return columns
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
         """Probabilities: ``(batch, num_classes)`` (multiclass, multilabel) or ``(batch,)`` P(class 1) (binary)."""

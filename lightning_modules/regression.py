@@ -66,6 +66,17 @@ class RegressionModule(Task):
             }
         )
 
+    @classmethod
+    def data_mismatch(cls, datamodule: Any) -> str | None:
+        """A data module with an int ``num_classes`` has class labels, not numeric targets."""
+        classes = getattr(datamodule, "num_classes", None)
+        if isinstance(classes, int):
+            return (
+                f"{cls.__name__} needs numeric targets, but {type(datamodule).__name__} has {classes} classes: use "
+                "lightning_modules.ClassificationModule, or a numeric target (TabularDataModule: task: regression)"
+            )
+        return None
+
     def check_data(self, datamodule: Any) -> None:
         self.check_data_size(datamodule, "out_features", "{} target(s)")
 
@@ -137,6 +148,13 @@ class RegressionModule(Task):
                 f"{tuple(targets.shape)}"
             )
         return StepOutput(self.loss(preds, targets), preds.detach(), targets, batch_length(inputs))
+
+    def prediction_columns(self, outputs: Tensor, datamodule: Any = None) -> dict[str, list[Any]]:
+        """``prediction`` in the original target units (``prediction_0..k`` for several targets)."""
+        values = outputs.reshape(len(outputs), -1).float()
+        if values.shape[1] == 1:
+            return {"prediction": values[:, 0].tolist()}
+        return {f"prediction_{i}": values[:, i].tolist() for i in range(values.shape[1])}
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
         """Predictions in the original target units."""

@@ -174,6 +174,12 @@ class Task(LightningModule):
         """(preds, target) for the metric collection."""
         return out.outputs, out.targets
 
+    @classmethod
+    def data_mismatch(cls, datamodule: Any) -> str | None:
+        """Why this task cannot learn from ``datamodule``'s kind of target (a classifier on a regression target, a
+        regression on class labels), or ``None``. Checked at setup, and by ``recipes`` before the task is built."""
+        return None
+
     def check_data(self, datamodule: Any) -> None:
         """Raise ``ValueError`` when the data module's description contradicts the task (called at setup)."""
 
@@ -231,6 +237,13 @@ class Task(LightningModule):
         classes = getattr(self, "num_classes", None)
         return initial_loss_wording(expected, classes if isinstance(classes, int) else None, "classes")
 
+    def prediction_columns(self, outputs: Tensor, datamodule: Any = None) -> dict[str, list[Any]] | None:
+        """Readable columns for ``predict_step``'s outputs of all samples (one row per sample, in order), e.g.
+        ``prediction`` and ``prob_<class>``; ``datamodule`` says what the outputs mean (class names, vocabulary).
+        ``recipes predict`` writes them as the predictions CSV. ``None`` (the default): the raw outputs are written
+        as ``output_0..k``."""
+        return None
+
     def configured_schedule(self) -> Schedule | None:
         """The ``Schedule`` behind the LR scheduler that ``configure_optimizers`` returns, or ``None`` when a
         subclass overrides ``configure_optimizers`` (then ``schedule`` need not describe what runs).
@@ -256,6 +269,9 @@ class Task(LightningModule):
         trainer = attached_trainer(self)
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         if datamodule is not None:
+            reason = self.data_mismatch(datamodule)
+            if reason:
+                raise ValueError(reason)
             self.check_data(datamodule)
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)  # 4-D parameters only; Lightning's .to keeps it

@@ -174,6 +174,7 @@ class CheckpointSummary:
     shapes: dict[str, Any] = field(repr=False)
     stamp: dict[str, str]
     data_settings: dict[str, Any] | None = None  # the data module's saved hyperparameters, if any
+    data_state: dict[str, Any] | None = field(default=None, repr=False)  # its state_dict: encodings, vocabularies
 
 
 def inspect_checkpoint(
@@ -190,4 +191,12 @@ def inspect_checkpoint(
     shapes = {k: v.shape for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}
     saved_data = ckpt.get("datamodule_hyper_parameters")
     data_settings = dict(saved_data) if isinstance(saved_data, dict) else None
-    return CheckpointSummary(path=str(path), shapes=shapes, stamp=run_stamp(ckpt), data_settings=data_settings)
+    # Lightning stores a data module's state_dict under its class's __qualname__
+    state = ckpt.get(data_class_path.rsplit(".", 1)[-1]) if data_class_path else None
+    return CheckpointSummary(
+        path=str(path),
+        shapes=shapes,
+        stamp=run_stamp(ckpt),
+        data_settings=data_settings,
+        data_state=state if isinstance(state, dict) and state else None,
+    )

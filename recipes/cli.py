@@ -29,6 +29,7 @@ from recipes.callbacks import LoopDoctor
 from recipes.checkpoint_files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoint_io import with_atomic_checkpoint_io
 from recipes.checkpoint_locations import resolve_checkpoint
+from recipes.data_sizes import DataSizeError, DataSizes, data_size_error
 from recipes.device_settings import DeviceSettingError, apply_device_settings
 from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
 from recipes.run_continuity import continue_stamped_run
@@ -102,6 +103,7 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self.checkpoint: CheckpointSummary | None = None  # the checked --ckpt_path, once parsed
         self.data_changes: list[DataChange] = []  # evaluation on other data settings, allowed by the user
+        self.data_sizes = DataSizes()  # the network's sizes, linked from the data module
         super().__init__(
             model_class=None,
             datamodule_class=None,
@@ -115,6 +117,7 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
     # --- parse ----------------------------------------------------------------------------------------------
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.set_defaults({"trainer.logger": {"class_path": RECIPE_LOGGER_CLASS_PATH}})
+        self.data_sizes.add_links(parser)
         # the loop doctor's checks, each switchable from YAML (loop_doctor: {data_wait: false}) or the command line
         parser.add_class_arguments(LoopDoctor, "loop_doctor", instantiate=False)
         parser.add_argument(
@@ -188,6 +191,8 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
         """Evaluation on the data settings the checkpoint was trained with, or on others only when allowed."""
         now = data_init_args(cfg)
         stage = str(self.config.get("subcommand"))
+        if stage == "predict" and now.get("predict_path"):
+            return []  # new data, encoded with the checkpoint's preprocessing: the training split plays no part
         try:
             changes = guard_split(
                 checkpoint.path, stage, checkpoint.data_settings, now, bool(cfg.get("allow_data_change"))
@@ -213,6 +218,8 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
         cfg = self.subcommand_config
         assert cfg is not None
         prepare_tracking(cfg)
+        evaluating = self.subcommand in ("validate", "test", "predict") and self.checkpoint is not None
+        self.data_sizes.remember(cfg, self.checkpoint.data_state if evaluating and self.checkpoint else None)
         try:
             apply_device_settings(cfg)
         except DeviceSettingError as err:
@@ -222,7 +229,11 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
         try:
             super().instantiate_classes()
         except INPUT_ERRORS as err:
-            raise RecipeInputError(concise_error(err)) from err
+            size_error = data_size_error(err)
+            if isinstance(size_error, DataSizeError):
+                raise RecipeInputError(str(size_error)) from err
+            raise RecipeInputError(concise_error(size_error or err)) from err
+        self.data_sizes.prune_hyperparameters(self.model)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         cfg = self.subcommand_config

@@ -15,8 +15,29 @@ from torch import Tensor
 from recipes.tracked_run import tracked_run
 
 
+def prediction_table(pl_module: Any, datamodule: Any, outputs: Tensor) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of the predictions CSV: the id column (the data module's ``id_name``, e.g. ``row`` or
+    ``path``, from its ``prediction_ids``), then the task's ``prediction_columns`` (``prediction``,
+    ``prob_<class>``), or ``output_0..k`` for a task without them."""
+    describe = getattr(pl_module, "prediction_columns", None)
+    columns = describe(outputs, datamodule) if callable(describe) else None
+    if columns is None:
+        width = outputs.shape[1]
+        names = ["output"] if width == 1 else [f"output_{i}" for i in range(width)]
+        columns = {name: outputs[:, i].tolist() for i, name in enumerate(names)}
+    ids = list(getattr(datamodule, "prediction_ids", None) or [])
+    id_name = str(getattr(datamodule, "id_name", "row"))
+    if len(ids) != len(outputs):
+        ids, id_name = list(range(len(outputs))), "row"
+    header = [id_name, *columns]
+    rows = [list(row) for row in zip(ids, *columns.values())]
+    return header, rows
+
+
 class PredictionCsvWriter(BasePredictionWriter):
-    """Write the module's ``predict_step`` outputs to ``path`` as CSV (``output`` or ``output_0..k`` columns).
+    """Write the module's predictions to ``path`` as CSV: one row per sample in the order of the data, an id
+    column (``row``: the sample's row in its file, from 0; ``path`` for image files), then the task's
+    ``prediction_columns``: ``prediction`` (class name, or value in target units) and ``prob_<class>`` per class.
 
     Under DDP every rank predicts its own share of the samples: rank 0 gathers them all and writes one row per
     sample in the order of the data set (by the sample indices Lightning records).
@@ -50,11 +71,11 @@ class PredictionCsvWriter(BasePredictionWriter):
             target = self.path.with_name(f"{self.path.stem}-{n}{self.path.suffix}")
             n += 1
         target.parent.mkdir(parents=True, exist_ok=True)
-        header = ["output"] if outputs.shape[1] == 1 else [f"output_{i}" for i in range(outputs.shape[1])]
+        header, rows = prediction_table(pl_module, trainer.datamodule, outputs)
         with target.open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(header)
-            writer.writerows(outputs.tolist())
+            writer.writerows(rows)
         self.written = target
         print(f"predictions: {len(outputs)} rows -> {target}")
         run = tracked_run(trainer)

@@ -16,7 +16,10 @@ from typing import Any
 
 EVALUATION_STAGES = ("validate", "test", "predict")
 # settings of the loaders only: they change how rows are batched and moved, never which rows a split holds
-LOADER_SETTINGS = frozenset({"batch_size", "num_workers", "pin_memory", "drop_last", "device_resident"})
+# settings that do not change which rows are in a split (predict_path only names new data to predict)
+LOADER_SETTINGS = frozenset(
+    {"batch_size", "num_workers", "pin_memory", "drop_last", "device_resident", "predict_path", "prompt_path"}
+)
 ALLOW_TAG = "loopwise.allow_data_change"
 
 

@@ -123,9 +123,18 @@ def test_test_and_predict_subcommands(fitted, monkeypatch):
     out = fitted / "preds.csv"
     main(["predict", "-c", str(SPIRAL), "--ckpt_path", "best", "--predictions_path", str(out)])
     rows = out.read_text().splitlines()
-    assert rows[0] == "output_0,output_1,output_2" and len(rows) == 1 + 201
-    probs = torch.tensor([[float(v) for v in r.split(",")] for r in rows[1:]])
+    # the sample's row in the generated data, the most likely class and one probability per class (no class names:
+    # the class ids)
+    assert rows[0] == "row,prediction,prob_0,prob_1,prob_2" and len(rows) == 1 + 201
+    cells = [r.split(",") for r in rows[1:]]
+    probs = torch.tensor([[float(v) for v in c[2:]] for c in cells])
     assert torch.allclose(probs.sum(1), torch.ones(201), atol=1e-5)
+    assert [c[1] for c in cells] == [str(i) for i in probs.argmax(1).tolist()]
+    from datamodules import SpiralDataModule
+
+    data = SpiralDataModule(n_samples=2000, val_fraction=0.2, test_fraction=0.1, seed=0)
+    data.setup()
+    assert [int(c[0]) for c in cells] == data.split_rows["test"].tolist()
     # a second predict never overwrites the first file
     main(["predict", "-c", str(SPIRAL), "--ckpt_path", "best", "--predictions_path", str(out)])
     assert (fitted / "preds-1.csv").is_file() and out.read_text().splitlines() == rows
@@ -217,7 +226,8 @@ def test_gpu_fragment_without_gpu_says_so(workdir, capsys):
         (["--trainer.max_epochs", "many"], "trainer.max_epochs"),
         (["--data.init_args.batch_size", "-5"], "batch_size must be >= 1, got -5"),
         (["--data.init_args.n_classes", "1"], "n_classes must be >= 2, got 1"),
-        (["--model.init_args.num_classes", "4"], "SpiralDataModule has 3 classes but ClassificationModule has num_classes=4"),
+        (["--model.init_args.num_classes", "4"], "model.init_args.num_classes is 4 in the config, but SpiralDataModule has num_classes 3"),
+        (["--model.init_args.model.init_args.in_features", "5"], "in_features is 5 in the config, but SpiralDataModule has in_features 2"),
         (["--ckpt_path", "missing.ckpt"], "checkpoint file not found"),
     ],
 )
@@ -230,8 +240,11 @@ def test_bad_input_gives_a_clear_message_and_leaves_no_running_run(workdir, caps
 
 
 def test_a_failure_inside_fit_marks_the_run_failed(workdir, capsys):
-    with pytest.raises(SystemExit):
-        main(["fit", "-c", str(SPIRAL), "--model.init_args.num_classes", "4"])
+    from recipes.doctor.non_finite import NonFiniteError
+
+    with pytest.raises(NonFiniteError):  # an error during training keeps its traceback
+        # a learning rate this large makes the loss non-finite after the first steps: the doctor stops the run
+        main(["fit", "-c", str(SPIRAL), "--model.init_args.optimizer.init_args.lr", "1e30"])
     runs = runs_of(workdir, "spiral_mlp")
     assert [r.info.status for r in runs] == ["FAILED"]
 

@@ -192,8 +192,8 @@ def test_spiral_predict_on_two_processes_writes_every_sample_in_order(spiral_ddp
     out_csv = directory / "ddp_predictions.csv"
     on_two_processes(directory, "predict", SPIRAL, "--ckpt_path", "best", "--predictions_path", str(out_csv))
     rows = out_csv.read_text().splitlines()
-    assert rows[0] == "output_0,output_1,output_2" and len(rows) == 1 + 201
-    written = torch.tensor([[float(v) for v in r.split(",")] for r in rows[1:]])
+    assert rows[0] == "row,prediction,prob_0,prob_1,prob_2" and len(rows) == 1 + 201
+    written = torch.tensor([[float(v) for v in r.split(",")[2:]] for r in rows[1:]])
     run = [r for r in runs_of(directory, "spiral_mlp") if r.data.tags["loopwise.stage"] == "fit"][0]
     logits, _ = spiral_logits(directory / "checkpoints" / "spiral_mlp" / run.info.run_id / "best.ckpt", "test")
     assert torch.allclose(written, logits.softmax(-1), atol=1e-6)

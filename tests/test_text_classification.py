@@ -277,7 +277,7 @@ def test_two_workers_give_the_same_batches(tmp_path):
 def test_state_dict_round_trip_encodes_identically(tmp_path):
     path = write_jsonl(tmp_path / "data.jsonl", keyword_rows(60, seed=9))
     dm = TextClassificationDataModule(str(path), min_freq=2)
-    assert dm.state_dict() == {} and dm.num_classes is None
+    assert dm.state_dict() == {} and dm.num_classes == 2  # num_classes reads the file when asked
     dm.setup("fit")
     torch.save(dm.state_dict(), tmp_path / "state.pt")
     state = torch.load(tmp_path / "state.pt", weights_only=True)
@@ -373,7 +373,7 @@ def test_bad_arguments_are_named(tmp_path):
         TextClassificationDataModule("x.csv", max_vocab_size=2)
     with pytest.raises(ValueError, match="unknown tokenizer 'bpe'"):
         TextClassificationDataModule("x.csv", tokenizer="bpe")  # type: ignore[arg-type]
-    with pytest.raises(RuntimeError, match="call setup"):
+    with pytest.raises(FileNotFoundError, match="x.csv"):  # the size is read from the file when asked
         TextClassificationDataModule("x.csv").vocab_size
 
 
