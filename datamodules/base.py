@@ -180,6 +180,17 @@ class BaseDataModule(LightningDataModule):
         sample; ``None`` (the default) predicts a split of the training data instead."""
         return None
 
+    def frame_data(self, frame: Any) -> tuple[Dataset, list[Any]]:
+        """The rows of an in-memory table (a pandas DataFrame of raw inputs, as the module reads them from its
+        files), preprocessed as at training time, with one id per row. The MLflow model of a run predicts with it.
+        Modules that read files implement it; the default says so."""
+        raise NotImplementedError(f"{type(self).__name__} does not predict raw rows of a table (frame_data)")
+
+    def raw_examples(self, count: int = 5) -> Any:
+        """A few raw inputs as ``frame_data`` takes them (a pandas DataFrame), for an MLflow model's input example
+        and signature; ``None`` when the module has no such form (the default)."""
+        return None
+
     def predicts_new_data(self) -> bool:
         """Whether ``predict_dataloader`` reads new data (``predict_path``) rather than a split (default: no)."""
         return False

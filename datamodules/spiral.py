@@ -7,9 +7,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils.data import Dataset
 
 from datamodules.base import BaseDataModule
 from datamodules.preprocessing import Standardizer
+from datamodules.tensor_dataset import BatchedTensorDataset
 
 
 def make_spiral(n_samples: int, n_classes: int, noise: float, seed: int) -> tuple[Tensor, Tensor]:
@@ -86,3 +88,21 @@ class SpiralDataModule(BaseDataModule):
 
     def preprocess(self, features: Tensor) -> Tensor:
         return self.standardizer.transform(features) if self.standardize else features
+
+    def frame_data(self, frame: Any) -> tuple[Dataset, list[Any]]:
+        """Raw points (a DataFrame with columns ``x`` and ``y``, as generated) standardized with the train split's
+        statistics, with their row numbers."""
+        if not self.datasets:
+            self.setup()  # the generated data and its train-split statistics (deterministic from the seed)
+        missing = [c for c in ("x", "y") if c not in frame.columns]
+        if missing:
+            raise ValueError(f"SpiralDataModule: the table lacks the column(s) {missing}; it needs x and y")
+        points = torch.tensor(frame[["x", "y"]].to_numpy(dtype="float32"))
+        return BatchedTensorDataset(self.preprocess(points)), list(range(len(points)))
+
+    def raw_examples(self, count: int = 5) -> Any:
+        """The first ``count`` generated points as a DataFrame with columns ``x`` and ``y``."""
+        import pandas as pd
+
+        points, _ = self.load()
+        return pd.DataFrame(points[:count].double().numpy(), columns=["x", "y"])  # float64, as users pass them

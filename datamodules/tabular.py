@@ -145,8 +145,6 @@ class TabularDataModule(BaseDataModule):
         table_format(path)
         if predict_path is not None:
             table_format(predict_path)
-        if not Path(path).expanduser().exists():
-            raise FileNotFoundError(f"{NAME}: the data file {path!r} does not exist (resolved: {Path(path).resolve()})")
         super().__init__(stratify=task == "classification", **kwargs)
         self.path = path
         self.target = target
@@ -344,22 +342,33 @@ class TabularDataModule(BaseDataModule):
         """The rows of ``predict_path`` encoded as at training time, with their row numbers (from 0)."""
         if self.predict_path is None:
             return None
+        return self.frame_data(read_table(self.predict_path), repr(self.predict_path))
+
+    def frame_data(self, frame: "pd.DataFrame", source: str = "the table") -> tuple[Dataset, list[Any]]:
+        """Raw rows (the feature columns as in the data file; the target may be absent) encoded as at training
+        time, with their row numbers (from 0). A feature column the model was trained on must be there."""
         self._ensure_fitted()  # the checkpoint's encoding, or the one the train split gives (the same)
-        frame = read_table(self.predict_path)
+        frame = frame.rename(columns=str).reset_index(drop=True)
         needed = list(self.encoder.numeric_columns) + list(self.encoder.categorical_columns)
         missing = [c for c in needed if c not in frame.columns]
         if missing:
             raise ValueError(
-                f"{NAME}: {self.predict_path!r} lacks the feature column(s) {missing} the model was trained on "
+                f"{NAME}: {source} lacks the feature column(s) {missing} the model was trained on "
                 f"(columns it has: {list(frame.columns)}); add them (a categorical column may be empty)"
             )
         where = self.encoder.source
-        self.encoder.source = repr(self.predict_path)  # errors name the file being predicted
+        self.encoder.source = source  # errors name the table being predicted
         try:
             features = self.encoder.transform(frame)
         finally:
             self.encoder.source = where
         return BatchedTensorDataset(features), list(range(len(frame)))
+
+    def raw_examples(self, count: int = 5) -> "pd.DataFrame":
+        """The first ``count`` rows of the data file's feature columns, as read (the target left out)."""
+        self._ensure_fitted()
+        columns = list(self.encoder.numeric_columns) + list(self.encoder.categorical_columns)
+        return read_table(self.path)[columns].head(count)
 
     # --- checkpoints ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -148,6 +148,20 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
             "tag loopwise.allow_data_change.",
         )
         parser.add_argument(
+            "--mlflow_model",
+            type=bool,
+            default=True,
+            help="At the end of a finished fit, log the best checkpoint as an MLflow pyfunc model of the run "
+            "(raw rows in, the columns of `recipes predict` out; `mlflow.pyfunc.load_model`, `mlflow models serve`).",
+        )
+        parser.add_argument(
+            "--register_model",
+            type=str | None,
+            default=None,
+            help="Also register the fitted model as a new version of this name in the tracking store's Model "
+            "Registry (models:/<name>/<version>).",
+        )
+        parser.add_argument(
             "--predictions_path",
             type=str | None,
             default=None,
@@ -272,6 +286,8 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
             predictions_path=cfg.get("predictions_path"),
             loop_doctor=cfg.loop_doctor.as_dict() if self.subcommand == "fit" else None,
             interactive=sys.stdout.isatty(),
+            mlflow_model=bool(cfg.get("mlflow_model", True)),
+            register_model=cfg.get("register_model"),
         )
 
     # --- run --------------------------------------------------------------------------------------------------

@@ -110,3 +110,29 @@ def gather_in_sample_order(outputs: Tensor | None, batch_indices: Sequence[Any] 
     if not by_index:
         return None
     return torch.stack([by_index[i] for i in sorted(by_index)])
+
+
+@torch.no_grad()
+def predict_frame(task: pl.LightningModule, datamodule: Any, frame: Any) -> Any:
+    """The predictions table of raw rows without a Trainer (the MLflow model's ``predict``): the data module's
+    ``frame_data`` preprocesses them as at training time, the task's ``predict_step`` runs in eval mode batch by
+    batch, and the columns are those of ``recipes predict``'s CSV. Returns a pandas DataFrame."""
+    import pandas as pd
+
+    dataset, ids = datamodule.frame_data(frame)
+    loader = datamodule.make_loader(dataset, train=False)
+    was_training = task.training
+    task.eval()
+    try:
+        device = next(task.parameters()).device
+        batches = []
+        for index, batch in enumerate(loader):
+            batch = task.transfer_batch_to_device(batch, device, 0)
+            out = torch.as_tensor(task.predict_step(batch, index)).detach().cpu()
+            batches.append(out.reshape(len(out), -1))
+    finally:
+        task.train(was_training)
+    outputs = torch.cat(batches) if batches else torch.empty(0, 1)
+    datamodule.prediction_ids = ids
+    header, rows = prediction_table(task, datamodule, outputs)
+    return pd.DataFrame(rows, columns=header)

@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMon
 from recipes.callbacks import LoopDoctor, TrainingPlan
 from recipes.checkpoint_locations import RunCheckpoint
 from recipes.confusion_matrix import ConfusionMatrixArtifact
+from recipes.model_logging import MlflowModel
 from recipes.interruptions import StopOnSignal
 from recipes.plateau_resume import PlateauStepOnResume
 from recipes.predictions import PredictionCsvWriter
@@ -40,6 +41,8 @@ class RecipeRun:
     predictions_path: str | None = None
     loop_doctor: dict[str, Any] | None = None  # LoopDoctor's arguments (fit)
     interactive: bool = False  # stdout is a terminal (a progress bar, no epoch lines)
+    mlflow_model: bool = True  # log the fitted model as an MLflow pyfunc model
+    register_model: str | None = None  # ... and register it under this name
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,13 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         lambda run: EarlyStopping(monitor=run.monitor, mode=run.monitor_mode, patience=run.early_stopping_patience),
         "only where the recipe sets a patience",
         applies=lambda run: run.early_stopping_patience is not None,
+    ),
+    CallbackSlot(
+        "mlflow_model",
+        FIT,
+        lambda run: MlflowModel(run.register_model),
+        "the best checkpoint as an MLflow pyfunc model when a fit finishes (registered with --register_model)",
+        applies=lambda run: run.tracked and (run.mlflow_model or run.register_model is not None),
     ),
     CallbackSlot("confusion_matrix", EVALUATION, lambda run: ConfusionMatrixArtifact(), "a PNG per evaluated split"),
     CallbackSlot("predictions", ("predict",), lambda run: PredictionCsvWriter(_predictions_path(run)), "the CSV"),

@@ -16,6 +16,19 @@ from lightning.pytorch.loggers import MLFlowLogger
 from recipes.tracking import find_mlflow_logger
 
 
+def pip_requirements() -> list[str]:
+    """The installed versions of what the loopwise MLflow model imports (loopwise itself runs from its checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pinned = []
+    for package in ("torch", "lightning", "torchmetrics", "mlflow", "pandas", "numpy", "jsonargparse"):
+        try:
+            pinned.append(f"{package}=={version(package)}")
+        except PackageNotFoundError:
+            continue
+    return pinned
+
+
 @dataclass(frozen=True)
 class TrackedRun:
     """One MLflow run, written through the trainer's MLflow logger."""
@@ -42,6 +55,41 @@ class TrackedRun:
     def log_file(self, local_path: str, artifact_dir: str | None = None) -> None:
         """Copy a local file into the run's artifacts (under ``artifact_dir``)."""
         self.logger.experiment.log_artifact(self.logger.run_id, local_path, artifact_dir)
+
+    def log_pyfunc_model(
+        self,
+        code_path: str,
+        artifacts: dict[str, str],
+        model_config: dict[str, Any],
+        input_example: tuple[Any, Any] | None,
+        registered_model_name: str | None = None,
+    ) -> tuple[str, str | None]:
+        """Log an MLflow pyfunc model "from code" (``code_path``) as a model of this run, with a signature inferred
+        from ``input_example`` (inputs, outputs); register it when ``registered_model_name`` is given. Returns the
+        model's URI and the registered version (``None`` when not registered)."""
+        import mlflow
+        from mlflow.models import infer_signature
+
+        signature, example = None, None
+        if input_example is not None:
+            example = input_example[0]
+            signature = infer_signature(input_example[0], input_example[1])
+        mlflow.set_tracking_uri(self.logger.experiment.tracking_uri)
+        active = mlflow.active_run()
+        with mlflow.start_run(run_id=self.logger.run_id, nested=active is not None):
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=code_path,
+                artifacts=artifacts,
+                model_config=model_config,
+                signature=signature,
+                input_example=example,
+                registered_model_name=registered_model_name,
+                # named here rather than inferred: MLflow's inference runs the model in a subprocess (seconds)
+                pip_requirements=pip_requirements(),
+            )
+        version = info.registered_model_version
+        return info.model_uri, None if version is None else str(version)
 
     def logged_params(self) -> dict[str, str]:
         """The params the run holds now (as MLflow stores them: strings)."""

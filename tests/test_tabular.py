@@ -267,7 +267,7 @@ def test_bad_input_is_named_and_the_file_is_untouched(tmp_path, name, file, cont
 
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"data file '.*nope\.csv' does not exist"):
-        TabularDataModule(str(tmp_path / "nope.csv"), target="label")
+        TabularDataModule(str(tmp_path / "nope.csv"), target="label").setup()  # read at setup (recipes: when built)
 
 
 def test_class_balance_draws_the_minority_half_of_the_time(tmp_path):

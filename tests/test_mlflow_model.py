@@ -1,0 +1,126 @@
+"""The fitted model in MLflow (issue 15, item 6): a pyfunc model of the run with a signature, registered with
+--register_model, predicting raw rows exactly as `recipes predict` does, and served by `mlflow models serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+
+from recipes.cli import main
+from recipes.model_logging import MODEL_TAG
+from tests.conftest import CONFIGS, REPO, SPIRAL, runs_of
+
+TABULAR = CONFIGS / "tabular_mlp.yaml"
+SHORT = ["--trainer.max_epochs", "2"]
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory):
+    """A 2-epoch tabular fit registered as `churn` in the directory's embedded store, and raw rows to predict."""
+    directory = tmp_path_factory.mktemp("registered")
+    (directory / "data").symlink_to(REPO / "data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(directory)
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        main(["fit", "-c", str(TABULAR), *SHORT, "--register_model", "churn"])
+    raw = pd.read_csv(REPO / "data" / "churn.csv").drop(columns=["churn"]).sample(40, random_state=3)
+    raw.loc[raw.index[0], "plan"] = "platinum-unseen"  # a category the train split never had: <unknown>
+    raw.loc[raw.index[1], "region"] = None  # a missing value
+    return directory, raw.reset_index(drop=True)
+
+
+def recipes_predict(directory: Path, raw: pd.DataFrame, name: str) -> pd.DataFrame:
+    raw.to_csv(directory / f"{name}.csv", index=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(directory)
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        main(["predict", "-c", str(TABULAR), "--ckpt_path", "best", "--data.init_args.predict_path", f"{name}.csv",
+              "--predictions_path", f"{name}-out.csv"])
+    return pd.read_csv(directory / f"{name}-out.csv", keep_default_na=False)
+
+
+def test_the_registered_model_predicts_raw_rows_as_recipes_predict(registered):
+    directory, raw = registered
+    mlflow.set_tracking_uri(f"sqlite:///{directory / 'mlflow.db'}")
+    fit = runs_of(directory, "tabular_mlp")[0]
+    assert fit.data.tags[MODEL_TAG].startswith("models:/")
+    model = mlflow.pyfunc.load_model("models:/churn/1")
+    inputs = [c.name for c in model.metadata.signature.inputs.inputs]
+    assert inputs == ["tenure_months", "monthly_charges", "support_calls", "age", "plan", "region", "payment"]
+    outputs = [c.name for c in model.metadata.signature.outputs.inputs]
+    assert outputs == ["row", "prediction", "prob_no", "prob_yes"]
+    version = mlflow.MlflowClient().get_model_version("churn", "1")
+    assert version.run_id == fit.info.run_id
+    served = model.predict(raw)
+    expected = recipes_predict(directory, raw, "new")
+    assert list(served.columns) == list(expected.columns) and len(served) == len(raw) == 40
+    assert served["row"].tolist() == list(range(40))
+    assert served["prediction"].tolist() == expected["prediction"].tolist()
+    for column in ("prob_no", "prob_yes"):
+        assert served[column].to_numpy() == pytest.approx(expected[column].to_numpy(), abs=1e-6)
+
+
+def test_without_register_model_the_model_is_logged_not_registered_and_can_be_switched_off(workdir):
+    main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1"])
+    main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--mlflow_model", "false"])
+    with_model, without = runs_of(workdir, "spiral_mlp")
+    assert MODEL_TAG not in without.data.tags
+    mlflow.set_tracking_uri(f"sqlite:///{workdir / 'mlflow.db'}")
+    assert mlflow.MlflowClient().search_registered_models() == []
+    model = mlflow.pyfunc.load_model(with_model.data.tags[MODEL_TAG])
+    points = pd.DataFrame({"x": [0.0, 0.5, -0.7], "y": [0.1, -0.4, 0.8]})
+    predicted = model.predict(points)
+    assert list(predicted.columns) == ["row", "prediction", "prob_0", "prob_1", "prob_2"]
+    assert predicted[["prob_0", "prob_1", "prob_2"]].sum(axis=1).to_numpy() == pytest.approx([1.0] * 3, abs=1e-5)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_with_the_same_predictions(registered):
+    directory, raw = registered
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{directory / 'mlflow.db'}",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/churn/1", "--env-manager", "local",
+         "-h", "127.0.0.1", "-p", str(port)],
+        cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the server did not start: {server.stderr.read().decode()[-2000:]}")
+                time.sleep(1)
+        body = json.dumps({"dataframe_split": json.loads(raw.to_json(orient="split", index=False))}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            served = pd.DataFrame(json.loads(answer.read())["predictions"])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    expected = recipes_predict(directory, raw, "served")
+    assert served["prediction"].tolist() == expected["prediction"].tolist()
+    assert served["prob_yes"].to_numpy() == pytest.approx(expected["prob_yes"].to_numpy(), abs=1e-6)
