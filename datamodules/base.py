@@ -138,6 +138,7 @@ class BaseDataModule(LightningDataModule):
         self.class_counts: list[int] | None = None
         self.split_rows: dict[str, Tensor] = {}  # the source's sample numbers in each split
         self.prediction_ids: list[Any] = []  # one id per sample of the last predict_dataloader, in order
+        self._checked_new_data: tuple[Dataset, list[Any]] | None = None
         if self.save_init_arguments:
             # collected from this frame and the subclasses' __init__ frames above it (Lightning merges **kwargs), or
             # the parsed config when LightningCLI builds the module
@@ -190,6 +191,11 @@ class BaseDataModule(LightningDataModule):
         """A few raw inputs as ``frame_data`` takes them (a pandas DataFrame), for an MLflow model's input example
         and signature; ``None`` when the module has no such form (the default)."""
         return None
+
+    def check_new_data(self) -> None:
+        """Read and preprocess the new data now, so that a bad file is an error before anything runs;
+        ``predict_dataloader`` then uses what was read."""
+        self._checked_new_data = self.new_data()
 
     def predicts_new_data(self) -> bool:
         """Whether ``predict_dataloader`` reads new data (``predict_path``) rather than a split (default: no)."""
@@ -344,7 +350,7 @@ class BaseDataModule(LightningDataModule):
         """Predict the new data of ``predict_path`` (modules that read files), in input order; without it the test
         split, or the val split when there is no test split. ``prediction_ids`` names each sample (its row number
         in the file, or its path)."""
-        new = self.new_data()
+        new, self._checked_new_data = self._checked_new_data or self.new_data(), None
         if new is not None:
             dataset, self.prediction_ids = new
             return self.make_loader(dataset, train=False)

@@ -256,6 +256,12 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
             # before the trainer (and the MLflow run a resumed fit reopens): the wrong recipe's checkpoint is an input
             # error, not Lightning's long RuntimeError from load_state_dict
             check_state_dict_matches(self.checkpoint.path, self.checkpoint.shapes, self.model)
+        new_data = getattr(self.datamodule, "predicts_new_data", None)
+        if self.subcommand == "predict" and callable(new_data) and new_data():
+            try:  # the file to predict is read now: a bad one is an error before the run is made
+                self.datamodule.check_new_data()
+            except INPUT_ERRORS as err:
+                raise RecipeInputError(concise_error(err)) from err
         self.trainer_defaults["callbacks"] = self.default_callbacks(cfg)
         if cfg.get("trainer", Namespace()).get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs.setdefault("enable_progress_bar", False)
