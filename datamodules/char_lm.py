@@ -61,13 +61,62 @@ class WindowDataset(Dataset):
         return chunk[:, :-1], chunk[:, 1:]
 
 
+class PromptDataset(Dataset):
+    """Encoded prompts of varying length for generation: sample ``i`` is ``{"prompt_ids": LongTensor (length_i,),
+    "index": i}``; ``collate_prompts`` keeps a batch's prompts as a list (they are not padded: padding would change
+    what a causal model continues).
+
+    Args:
+        prompts: The token ids of each prompt (each non-empty).
+    """
+
+    def __init__(self, prompts: Sequence[Tensor]) -> None:
+        self.prompts = [p.long() for p in prompts]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"prompt_ids": self.prompts[index], "index": index}
+
+
+def collate_prompts(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A batch of prompts: ``{"prompt_ids": [LongTensor, ...], "index": LongTensor (batch,)}``."""
+    return {
+        "prompt_ids": [sample["prompt_ids"] for sample in samples],
+        "index": torch.tensor([int(sample["index"]) for sample in samples], dtype=torch.long),
+    }
+
+
+def read_prompts(path: str | Path) -> tuple[list[str], list[int]]:
+    """``(prompts, line_numbers)``: every non-empty line of a UTF-8 text file (without its line ending), and its
+    line number from 0. Errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt file {str(path)!r} does not exist (or is not a file)")
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"prompt file {str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+    prompts, lines = [], []
+    for number, line in enumerate(text.split("\n")):
+        line = line[:-1] if line.endswith("\r") else line
+        if line:
+            prompts.append(line)
+            lines.append(number)
+    if not prompts:
+        raise ValueError(f"prompt file {str(path)!r} has no prompts (one prompt per non-empty line)")
+    return prompts, lines
+
+
 class CharLMDataModule(BaseDataModule):
     """Next-character prediction on a UTF-8 text file (e.g. Tiny Shakespeare).
 
     The text is read exactly as stored (no newline translation; the file is never modified) and split
     contiguously: train is the first characters, val the last ``round(len(text) * val_fraction)``. Windows are cut
     inside each part, so no sample crosses the boundary. There is no test split (``test_dataloader`` raises);
-    ``predict_dataloader`` yields the val windows.
+    ``predict_dataloader`` yields the val windows, or the prompts of ``prompt_path`` to continue.
 
     Samples are ``(x, y)`` LongTensors of length ``block_size`` with ``y[t]`` the character after ``x[t]``; the
     loaders give ``(x, y)`` of shape ``(batch, block_size)``, sliced a whole batch at a time. Train and val windows
@@ -90,6 +139,11 @@ class CharLMDataModule(BaseDataModule):
         val_fraction: Fraction of the characters, taken from the end of the text, held out for validation; in (0, 1).
         stride: Characters between the starts of consecutive windows, in both parts; default ``block_size``
             (non-overlapping windows).
+        prompt_path: A UTF-8 text file of prompts, one per non-empty line, for ``predict``: each is encoded with
+            the vocabulary the model was trained with (restored from the checkpoint; characters it does not know
+            become ``<unk>``) and continued by ``LanguageModelModule`` (its ``max_new_tokens``, ``temperature``,
+            ``top_k``, ``sample_seed``). A prediction's ``row`` is the prompt's line number from 0. Default:
+            predict the most likely next character at every position of the val windows.
     """
 
     save_init_arguments = True
@@ -102,6 +156,7 @@ class CharLMDataModule(BaseDataModule):
         *,
         val_fraction: float = 0.1,
         stride: int | None = None,
+        prompt_path: str | None = None,
         **kwargs: Any,
     ) -> None:
         name = type(self).__name__
@@ -115,6 +170,8 @@ class CharLMDataModule(BaseDataModule):
         self.path = path
         self.block_size = block_size
         self.stride = stride if stride is not None else block_size
+        self.prompt_path = prompt_path
+        self.prompts: list[str] = []  # the prompts of the last predict_dataloader, in order
         self.vocabulary: Vocabulary | None = None
         self.boundary: int | None = None
 
@@ -186,8 +243,8 @@ class CharLMDataModule(BaseDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Read the text, split it contiguously, build the vocabulary from the train part and cut the windows."""
-        if self.datasets:
-            return
+        if self.datasets or (stage == "predict" and self.predicts_new_data()):
+            return  # prompts are read by predict_dataloader, with the checkpoint's vocabulary
         name = type(self).__name__
         text = self.read_text()
         n_val = int(round(len(text) * self.val_fraction))
@@ -215,8 +272,8 @@ class CharLMDataModule(BaseDataModule):
             )
 
     def collate_fn(self, dataset: Dataset) -> Callable[[Any], Any] | None:
-        """Batches arrive already stacked from ``WindowDataset.__getitems__``."""
-        return keep_batch
+        """Batches arrive already stacked from ``WindowDataset.__getitems__``; prompts stay a list."""
+        return collate_prompts if isinstance(dataset, PromptDataset) else keep_batch
 
     def test_dataloader(self) -> DataLoader:
         raise ValueError(
@@ -224,8 +281,28 @@ class CharLMDataModule(BaseDataModule):
             "(evaluate with validate)"
         )
 
+    def predicts_new_data(self) -> bool:
+        return self.prompt_path is not None
+
+    def new_data(self) -> tuple[Dataset, list[Any]] | None:
+        """The prompts of ``prompt_path`` encoded with the vocabulary (unknown characters as ``<unk>``), in file
+        order, with their line numbers from 0; sets ``prompts``."""
+        if self.prompt_path is None:
+            return None
+        try:
+            prompts, lines = read_prompts(self.prompt_path)
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"{type(self).__name__}: {err}") from None
+        self.prompts = prompts
+        return PromptDataset([self.encode_tensor(prompt) for prompt in prompts]), lines
+
     def predict_dataloader(self) -> DataLoader:
-        """The val windows, in order."""
+        """The prompts of ``prompt_path`` in file order; without it the val windows, in order."""
+        new = self.new_data()
+        if new is not None:
+            dataset, self.prediction_ids = new
+            return self.make_loader(dataset, train=False)
+        self.prompts, self.prediction_ids = [], []
         return self.make_loader(self.split("val"), train=False)
 
     # --- checkpoints ----------------------------------------------------------------------------------------

@@ -50,6 +50,25 @@ def find_images(folder: str | os.PathLike) -> list[str]:
     return sorted(found)
 
 
+def find_images_to_predict(path: str) -> list[str]:
+    """The image files to predict named by ``path``: every image under a folder (as ``find_images``), or one file.
+
+    Paths start with ``path`` as given. Raises ``FileNotFoundError`` for a missing path and ``ValueError`` for a file
+    that is not an image file or a folder without images.
+    """
+    expanded = os.path.expanduser(path)
+    if os.path.isdir(expanded):
+        found = find_images(expanded)
+        if not found:
+            raise ValueError(f"no images under {path!r} (looked for {', '.join(IMAGE_SUFFIXES)} in any case)")
+        return found
+    if not os.path.exists(expanded):
+        raise FileNotFoundError(f"{path!r} does not exist (expected a folder of images or an image file)")
+    if not expanded.lower().endswith(IMAGE_SUFFIXES):
+        raise ValueError(f"{path!r} is not an image file ({', '.join(IMAGE_SUFFIXES)}) or a folder of images")
+    return [expanded]
+
+
 def check_image(path: str) -> None:
     """Fail with the file's path when Pillow cannot identify it or its structure is broken (no full decode)."""
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, ClassVar, Iterator, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,7 @@ from datamodules.image_files import (
     check_image,
     find_class_names,
     find_images,
+    find_images_to_predict,
     read_image,
 )
 
@@ -33,10 +34,11 @@ class ImageFolderDataset(Dataset):
     With ``augment`` each read takes a random crop of the image padded by ``crop_padding`` black pixels and flips
     it horizontally with probability 0.5, drawing from torch's global RNG (in a DataLoader worker: seeded from
     the loader's generator). Picklable, so it works with any number of workers and any start method.
+    Without labels (new images to predict) a sample is ``(image,)``.
 
     Args:
         paths: The image files of the split.
-        labels: Class index per file (int64).
+        labels: Class index per file (int64), or ``None`` for images without labels.
         size: Target ``(height, width)``.
         channels: 1 (grayscale) or 3 (RGB).
         mean: Per-channel mean of the pixel values scaled to [0, 1].
@@ -49,7 +51,7 @@ class ImageFolderDataset(Dataset):
     def __init__(
         self,
         paths: Sequence[str],
-        labels: Tensor,
+        labels: Tensor | None,
         size: tuple[int, int],
         channels: int,
         mean: Tensor,
@@ -58,10 +60,13 @@ class ImageFolderDataset(Dataset):
         crop_padding: int = 4,
         images: Tensor | None = None,
     ) -> None:
-        if len(paths) != len(labels) or (images is not None and len(images) != len(paths)):
-            raise ValueError(f"ImageFolderDataset: {len(paths)} paths, {len(labels)} labels don't match")
+        if (labels is not None and len(paths) != len(labels)) or (images is not None and len(images) != len(paths)):
+            raise ValueError(
+                f"ImageFolderDataset: {len(paths)} paths, {None if labels is None else len(labels)} labels and "
+                f"{None if images is None else len(images)} images don't match"
+            )
         self.paths = list(paths)
-        self.labels = labels.long()
+        self.labels = labels.long() if labels is not None else None
         self.size = size
         self.channels = channels
         self.augment = augment
@@ -94,11 +99,13 @@ class ImageFolderDataset(Dataset):
             image = image.flip(-1)
         return image
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+    def __getitem__(self, index: int) -> tuple[Tensor, ...]:
         image = self.raw(index).float().div_(255.0)
         if self.augment:
             image = self.random_crop_flip(image)
         image = (image - self.mean) / self.std
+        if self.labels is None:
+            return (image.contiguous(),)
         return image.contiguous(), self.labels[index].clone()
 
 
@@ -126,9 +133,17 @@ class ImageFolderDataModule(BaseDataModule):
         crop_padding: Pixels of zero (black) padding on each side before the random crop; 0 disables the crop.
         cache: Hold the decoded, resized images of every split in memory (uint8; decoded once, during setup)
             instead of reading the files on every access.
+        predict_path: New images that ``predict`` classifies: a folder (every image file under it, in its
+            sub-folders too, sorted by path; hidden files and folders skipped, as in training) or one image file.
+            They are decoded, resized and normalized exactly as the val and test images, with the mean, std and
+            class names the model was trained with (restored from the checkpoint). A prediction's ``path`` is the
+            file's path as found from ``predict_path``. Default: predict the test split (the val split without
+            one), also identified by path.
     """
 
     save_init_arguments = True
+    #: Predictions are identified by the image file's path.
+    id_name: ClassVar[str] = "path"
 
     def __init__(
         self,
@@ -138,6 +153,7 @@ class ImageFolderDataModule(BaseDataModule):
         augment: bool = False,
         crop_padding: int = 4,
         cache: bool = False,
+        predict_path: str | None = None,
         **kwargs: Any,
     ) -> None:
         name = type(self).__name__
@@ -156,6 +172,8 @@ class ImageFolderDataModule(BaseDataModule):
         self.augment = augment
         self.crop_padding = crop_padding
         self.cache = cache
+        self.predict_path = predict_path
+        self.sample_paths: list[str] = []  # every image of the folder, by sample number (after setup)
         self.class_names: list[str] = self.discover_classes(Path(os.path.expanduser(root)))
         self.mean: Tensor | None = None
         self.std: Tensor | None = None
@@ -217,12 +235,21 @@ class ImageFolderDataModule(BaseDataModule):
                 )
             paths.extend(files)
             labels.extend([label] * len(files))
+        self.check_images(paths)
+        self.sample_paths = list(paths)
+        return paths, torch.tensor(labels, dtype=torch.long)
+
+    def check_images(self, paths: Sequence[str]) -> None:
+        """Fail, naming the file, on the first of ``paths`` that Pillow cannot read."""
         for path in paths:
             try:
                 check_image(path)
             except ValueError as err:
-                raise ValueError(f"{name}: {err}") from None
-        return paths, torch.tensor(labels, dtype=torch.long)
+                raise ValueError(f"{type(self).__name__}: {err}") from None
+
+    def sample_id(self, number: int) -> Any:
+        """The path of the folder's image ``number`` (predictions of a split are identified by path)."""
+        return self.sample_paths[number]
 
     def decode(self, paths: Sequence[str]) -> Iterator[Tensor]:
         """Iterate the decoded uint8 images of ``paths`` in order, using ``num_workers`` worker processes."""
@@ -293,6 +320,28 @@ class ImageFolderDataModule(BaseDataModule):
             crop_padding=self.crop_padding,
             images=images,
         )
+
+    # --- new data -------------------------------------------------------------------------------------------------
+    def predicts_new_data(self) -> bool:
+        return self.predict_path is not None
+
+    def new_data(self) -> tuple[Dataset, list[Any]] | None:
+        """The images of ``predict_path`` (sorted by path) prepared as val/test images, with their paths as ids."""
+        if self.predict_path is None:
+            return None
+        if self.mean is None or self.std is None:
+            self.setup()  # no checkpoint state: the statistics of the train split (the ones a fit computes)
+        assert self.mean is not None and self.std is not None
+        try:
+            paths = find_images_to_predict(self.predict_path)
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"{type(self).__name__}: {err}") from None
+        self.check_images(paths)
+        images = self.decode_all(paths) if self.cache else None
+        dataset = ImageFolderDataset(
+            paths, None, self.image_size, self.channels, self.mean, self.std, augment=False, images=images
+        )
+        return dataset, list(paths)
 
     # --- checkpoint state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

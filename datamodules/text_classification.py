@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import json
-import re
-from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import torch
@@ -15,124 +11,14 @@ from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 from datamodules.base import BaseDataModule
 from datamodules.collate import PadCollate
 from datamodules.samplers import EpochRandomSampler, LengthBucketBatchSampler
+from datamodules.text_files import (  # noqa: F401  (read_text_label_file: importable from here as before)
+    CSV_SUFFIXES,
+    JSONL_SUFFIXES,
+    Label,
+    check_text_file_type,
+    read_text_label_file,
+)
 from datamodules.tokenizers import PAD, UNK, Vocabulary, get_tokenizer
-
-CSV_SUFFIXES = (".csv",)
-JSONL_SUFFIXES = (".jsonl", ".json-lines")
-_INTEGER = re.compile(r"[+-]?\d+")
-
-Label = int | str
-
-
-def read_text_label_file(
-    path: str | Path, text_field: str, label_field: str
-) -> tuple[list[str], list[Label], list[int]]:
-    """``(texts, labels, line_numbers)`` of every record of a CSV or JSONL file, read without modifying it.
-
-    CSV (``.csv``): a header row names the fields; a label column whose values are all integers gives ``int``
-    labels, otherwise the labels are the strings as written. JSONL (``.jsonl``, ``.json-lines``): one JSON object
-    per line (blank lines are skipped); labels are JSON integers or strings. Texts must be non-blank strings.
-    ``line_numbers`` holds the 1-based line on which each record starts. Errors name the file, the line, the
-    field and the value.
-    """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in CSV_SUFFIXES + JSONL_SUFFIXES:
-        raise ValueError(
-            f"{str(path)!r}: unknown file type {path.suffix!r}; use a .csv file (with a header row) or a "
-            ".jsonl / .json-lines file (one JSON object per line)"
-        )
-    if not path.is_file():
-        raise FileNotFoundError(f"{str(path)!r} does not exist (or is not a file)")
-    try:
-        if suffix in CSV_SUFFIXES:
-            records = _read_csv(path, text_field, label_field)
-        else:
-            records = _read_jsonl(path, text_field, label_field)
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
-    if not records:
-        raise ValueError(f"{str(path)!r} has no records")
-    texts, labels, lines = [], [], []
-    for line, text, label in records:
-        if not isinstance(text, str):
-            raise ValueError(
-                f"{str(path)!r} line {line}: field {text_field!r} must be a string, got {text!r:.60} "
-                f"({type(text).__name__})"
-            )
-        if not text.strip():
-            raise ValueError(f"{str(path)!r} line {line}: field {text_field!r} is empty (or only whitespace)")
-        texts.append(text)
-        labels.append(label)
-        lines.append(line)
-    return texts, _check_labels(path, label_field, labels, lines), lines
-
-
-def _read_csv(path: Path, text_field: str, label_field: str) -> list[tuple[int, Any, Any]]:
-    records = []
-    # utf-8-sig: a byte-order mark (as some spreadsheet exports write) is not part of the first field name
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle)
-        fields = reader.fieldnames or []
-        for field in (text_field, label_field):
-            if field not in fields:
-                raise ValueError(
-                    f"{str(path)!r}: the header has no field {field!r}; its fields are {list(fields)}"
-                )
-        start = reader.line_num + 1
-        for row in reader:
-            for field in (text_field, label_field):
-                if row.get(field) is None:
-                    raise ValueError(f"{str(path)!r} line {start}: the row has no value for field {field!r}")
-            records.append((start, row[text_field], row[label_field]))
-            start = reader.line_num + 1
-    labels = [label for _, _, label in records]
-    if labels and all(_INTEGER.fullmatch(label.strip()) for label in labels):
-        records = [(line, text, int(label)) for line, text, label in records]
-    return records
-
-
-def _read_jsonl(path: Path, text_field: str, label_field: str) -> list[tuple[int, Any, Any]]:
-    records = []
-    with path.open(encoding="utf-8-sig") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{str(path)!r} line {line_number}: not valid JSON ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise ValueError(
-                    f"{str(path)!r} line {line_number}: expected a JSON object, got {type(record).__name__}"
-                )
-            for field in (text_field, label_field):
-                if field not in record:
-                    raise ValueError(
-                        f"{str(path)!r} line {line_number}: no field {field!r}; its fields are {list(record)}"
-                    )
-            records.append((line_number, record[text_field], record[label_field]))
-    return records
-
-
-def _check_labels(path: Path, label_field: str, labels: list[Any], lines: list[int]) -> list[Label]:
-    """Labels must be all ints or all non-empty strings."""
-    for label, line in zip(labels, lines):
-        if isinstance(label, bool) or not isinstance(label, (int, str)):
-            raise ValueError(
-                f"{str(path)!r} line {line}: label field {label_field!r} must be an integer or a string, got "
-                f"{label!r:.60} ({type(label).__name__})"
-            )
-        if isinstance(label, str) and not label.strip():
-            raise ValueError(f"{str(path)!r} line {line}: label field {label_field!r} is empty")
-    kinds = [isinstance(label, int) for label in labels]
-    if any(kinds) and not all(kinds):
-        first_int, first_str = kinds.index(True), kinds.index(False)
-        raise ValueError(
-            f"{str(path)!r}: labels mix integers (e.g. {labels[first_int]!r} on line {lines[first_int]}) and strings "
-            f"(e.g. {labels[first_str]!r} on line {lines[first_str]}); use one kind"
-        )
-    return labels
 
 
 class TokenSequenceDataset(Dataset):
@@ -142,24 +28,27 @@ class TokenSequenceDataset(Dataset):
 
     Args:
         sequences: Token ids of each sample (each non-empty).
-        labels: Class id of each sample, shape ``(n,)``.
+        labels: Class id of each sample, shape ``(n,)``; ``None`` for texts without labels (new data to predict):
+            the samples then have no ``labels``.
     """
 
-    def __init__(self, sequences: Sequence[Sequence[int]], labels: Tensor) -> None:
-        if len(sequences) != len(labels):
+    def __init__(self, sequences: Sequence[Sequence[int]], labels: Tensor | None) -> None:
+        if labels is not None and len(sequences) != len(labels):
             raise ValueError(f"TokenSequenceDataset: {len(sequences)} sequences but {len(labels)} labels")
         self.lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
         self.offsets = torch.zeros(len(sequences) + 1, dtype=torch.long)
         torch.cumsum(self.lengths, 0, out=self.offsets[1:])
         flat = [token for sequence in sequences for token in sequence]
         self.tokens = torch.tensor(flat, dtype=torch.long)
-        self.labels = labels.long()
+        self.labels = labels.long() if labels is not None else None
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.lengths)
 
     def __getitem__(self, index: int) -> dict[str, Tensor]:
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])
+        if self.labels is None:
+            return {"input_ids": self.tokens[start:end]}
         return {"input_ids": self.tokens[start:end], "labels": self.labels[index]}
 
 
@@ -179,7 +68,7 @@ class TextClassificationDataModule(BaseDataModule):
     ``input_ids`` (B, T) padded with ``pad_id`` = 0, ``attention_mask`` (B, T) (1 on tokens, 0 on padding) and
     ``labels`` (B,), so the network is called as ``model(input_ids=..., attention_mask=...)``. With
     ``bucket_by_length`` the train, val and test batches group texts of similar length (less padding); predict
-    batches keep the split order.
+    batches keep the order of the split or of the file (``predict_path``).
 
     ``class_names``, ``num_classes`` (``None`` before), ``vocab_size`` and ``vocabulary`` are set by ``setup``:
     the vocabulary depends on the train split. To size an embedding in a config before ``setup``, set
@@ -201,6 +90,12 @@ class TextClassificationDataModule(BaseDataModule):
             tokens kept; null for no limit.
         max_length: Keep the first ``max_length`` tokens of each text.
         bucket_by_length: Batch texts of similar length together (less padding, faster); batch order is shuffled.
+        predict_path: A new CSV or JSONL file of texts (the same format and ``text_field`` as ``path``; the label
+            field may be absent and is ignored if present) that ``predict`` classifies record by record, in file
+            order, with the vocabulary and class names the model was trained with (restored from the checkpoint,
+            never built from this file): unseen tokens become ``<unk>`` and texts are truncated to ``max_length``.
+            A prediction's ``row`` is the record's number from 0 (the first record after a CSV header is row 0).
+            Default: predict the test split (the val split without one).
     """
 
     save_init_arguments = True
@@ -219,6 +114,7 @@ class TextClassificationDataModule(BaseDataModule):
         max_vocab_size: int | None = None,
         max_length: int = 256,
         bucket_by_length: bool = False,
+        predict_path: str | None = None,
         **kwargs: Any,
     ) -> None:
         name = type(self).__name__
@@ -233,6 +129,8 @@ class TextClassificationDataModule(BaseDataModule):
             )
         try:
             self._tokenize = get_tokenizer(tokenizer)
+            if predict_path is not None:
+                check_text_file_type(predict_path)
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
         super().__init__(**kwargs)
@@ -244,6 +142,7 @@ class TextClassificationDataModule(BaseDataModule):
         self.max_vocab_size = max_vocab_size
         self.max_length = max_length
         self.bucket_by_length = bucket_by_length
+        self.predict_path = predict_path
         self.vocabulary: Vocabulary | None = None
         self._class_names: list[Label] | None = None
         self._keep_order = False
@@ -338,8 +237,26 @@ class TextClassificationDataModule(BaseDataModule):
             seed=self.seed,
         )
 
+    # --- new data -----------------------------------------------------------------------------------------------
+    def predicts_new_data(self) -> bool:
+        return self.predict_path is not None
+
+    def new_data(self) -> tuple[Dataset, list[Any]] | None:
+        """The texts of ``predict_path`` encoded as at training time (the checkpoint's vocabulary, unseen tokens as
+        ``<unk>``, truncated to ``max_length``), in file order, with their record numbers from 0; labels ignored."""
+        if self.predict_path is None:
+            return None
+        if self.vocabulary is None or self._class_names is None:
+            self.setup()  # no checkpoint state: the vocabulary of the train split (the one a fit builds)
+        try:
+            texts, _, _ = read_text_label_file(self.predict_path, self.text_field, None)
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"{type(self).__name__}: {err}") from None
+        return TokenSequenceDataset([self.encode(text) for text in texts], None), list(range(len(texts)))
+
     def predict_dataloader(self) -> DataLoader:
-        """Predict on the test split (or val without one), in split order: no length buckets, so outputs line up."""
+        """Predict the texts of ``predict_path``, or the test split (or val without one), in order: no length
+        buckets, so outputs line up with the inputs."""
         self._keep_order = True
         try:
             return super().predict_dataloader()

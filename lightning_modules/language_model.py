@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -21,6 +22,12 @@ class LanguageModelModule(Task):
     dicts with ``input_ids`` and token-level ``labels`` (padding labelled ``ignore_index``). The loss is the mean
     cross entropy over non-ignored positions; ``val/ppl`` is its exponential.
 
+    ``predict`` on a batch of prompts (``{"prompt_ids": [LongTensor, ...], "index": ...}``, as
+    ``CharLMDataModule(prompt_path=...)`` gives them) generates ``max_new_tokens`` tokens after each prompt with
+    ``generate``; on ``(input_ids, targets)`` batches it gives the most likely next token at every position. The
+    generation options are not saved in checkpoints: ``recipes predict --model.init_args.max_new_tokens 100``
+    applies to any checkpoint.
+
     The other arguments (``optimizer``, ``schedule``, ``monitor``, ``monitor_mode``, ``compile``, ``channels_last``)
     are ``Task``'s, passed on through ``**kwargs``; ``monitor`` defaults to ``val/loss``.
 
@@ -28,21 +35,44 @@ class LanguageModelModule(Task):
         model: The network (e.g. ``GPT``); called as ``model(input_ids)`` or with the batch's named inputs.
         vocab_size: Size of the vocabulary (the network's output width).
         ignore_index: Target value that contributes nothing to loss and perplexity (padding).
+        max_new_tokens: ``predict`` with prompts: tokens (characters) generated after each prompt.
+        temperature: ``predict`` with prompts: divides the logits before sampling (lower: more conservative);
+            0 is greedy.
+        top_k: ``predict`` with prompts: sample among the ``top_k`` most likely tokens only; 1 is greedy
+            (deterministic); null samples from the whole vocabulary.
+        sample_seed: ``predict`` with prompts: seed of the sampling; prompt ``i`` of the file draws from its own
+            generator seeded from ``sample_seed`` and ``i``, so the output repeats for the same prompts and seed
+            whatever the batch size.
     """
 
     default_monitor = "val/loss"
+    prediction_options = ("max_new_tokens", "temperature", "top_k", "sample_seed")
 
     def __init__(
         self,
         model: nn.Module,
         vocab_size: int,
         ignore_index: int = -100,
+        max_new_tokens: int = 200,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        sample_seed: int = 0,
         **kwargs: Any,
     ) -> None:
         if vocab_size < 2:
             raise ValueError(f"LanguageModelModule: vocab_size must be >= 2, got {vocab_size}")
+        if max_new_tokens < 1:
+            raise ValueError(f"LanguageModelModule: max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"LanguageModelModule: temperature must be >= 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"LanguageModelModule: top_k must be >= 1 or null, got {top_k}")
         self.vocab_size = vocab_size
         self.ignore_index = ignore_index
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_k = top_k
+        self.sample_seed = sample_seed
         super().__init__(model, **kwargs)
 
     def build_metrics(self) -> MetricCollection:
@@ -81,9 +111,33 @@ class LanguageModelModule(Task):
         return StepOutput(loss, logits.detach(), targets, batch_length(inputs))
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
-        """Most likely next token at every position ``(batch, time)``."""
+        """Prompts: the ``max_new_tokens`` generated token ids after each prompt ``(batch, max_new_tokens)``.
+        Windows: the most likely next token at every position ``(batch, time)``."""
+        if isinstance(batch, Mapping) and "prompt_ids" in batch:
+            return self.continue_prompts(batch["prompt_ids"], batch.get("index"))
         inputs, _ = split_batch(batch)
         return self.logits(inputs).argmax(dim=-1)
+
+    def continue_prompts(self, prompts: list[Tensor], index: Tensor | None = None) -> Tensor:
+        """``generate`` with this module's options after each prompt (1-D token ids): the new ids only,
+        ``(len(prompts), max_new_tokens)``. ``index`` (the prompts' numbers in their file) seeds each prompt's
+        sampling generator from ``sample_seed``; default: their positions in ``prompts``."""
+        numbers = index.tolist() if index is not None else list(range(len(prompts)))
+        out = []
+        for prompt, number in zip(prompts, numbers):
+            generator = torch.Generator().manual_seed(self.sample_seed * 1_000_003 + int(number))
+            ids = self.generate(prompt, self.max_new_tokens, self.temperature, self.top_k, generator=generator)
+            out.append(ids[len(prompt) :])
+        return torch.stack(out)
+
+    def prediction_columns(self, outputs: Tensor, datamodule: Any = None) -> dict[str, list[Any]] | None:
+        """Generated continuations: ``prompt`` (the data module's ``prompts``) and ``continuation`` (the new ids
+        decoded with its ``decode``). ``None`` for next-token predictions on windows (written as raw ids)."""
+        prompts = list(getattr(datamodule, "prompts", None) or [])
+        decode = getattr(datamodule, "decode", None)
+        if not prompts or len(prompts) != len(outputs) or not callable(decode):
+            return None
+        return {"prompt": prompts, "continuation": [decode(row.long().tolist()) for row in outputs]}
 
     @torch.no_grad()
     def generate(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from lightning.pytorch import LightningModule
@@ -110,6 +110,10 @@ class Task(LightningModule):
     """
 
     default_monitor: str = "val/loss"
+    #: Constructor arguments that only steer ``predict`` (how to generate, say), not what the model learns: they are
+    #: left out of the saved hyperparameters, so the values of the predict command (``--model.init_args.<name>``)
+    #: or YAML apply to a checkpoint, which LightningCLI otherwise rebuilds from its own hyperparameters.
+    prediction_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -128,7 +132,8 @@ class Task(LightningModule):
         # load_from_checkpoint can rebuild the network from. Created in Python, the network, optimizer and
         # schedule are objects that a weights_only checkpoint cannot hold: pass them again when loading.
         from_config = built_from_config()
-        self.save_hyperparameters(ignore=[] if from_config else ["model", "optimizer", "schedule"], logger=False)
+        ignore = list(self.prediction_options) + ([] if from_config else ["model", "optimizer", "schedule"])
+        self.save_hyperparameters(ignore=ignore, logger=False)
         self.model = model
         self.optimizer = optimizer
         self.schedule = schedule if schedule is not None else Constant()

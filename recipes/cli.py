@@ -205,8 +205,8 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
         """Evaluation on the data settings the checkpoint was trained with, or on others only when allowed."""
         now = data_init_args(cfg)
         stage = str(self.config.get("subcommand"))
-        if stage == "predict" and now.get("predict_path"):
-            return []  # new data, encoded with the checkpoint's preprocessing: the training split plays no part
+        if stage == "predict" and (now.get("predict_path") or now.get("prompt_path")):
+            return []  # new data (or prompts), encoded with the checkpoint's preprocessing: the split plays no part
         try:
             changes = guard_split(
                 checkpoint.path, stage, checkpoint.data_settings, now, bool(cfg.get("allow_data_change"))
