@@ -187,6 +187,10 @@ class BaseDataModule(LightningDataModule):
         Modules that read files implement it; the default says so."""
         raise NotImplementedError(f"{type(self).__name__} does not predict raw rows of a table (frame_data)")
 
+    def inference_loader(self, dataset: Dataset) -> DataLoader:
+        """A loader over ``dataset`` that keeps its order (for predictions of ``frame_data``'s rows)."""
+        return self.make_loader(dataset, train=False)
+
     def raw_examples(self, count: int = 5) -> Any:
         """A few raw inputs as ``frame_data`` takes them (a pandas DataFrame), for an MLflow model's input example
         and signature; ``None`` when the module has no such form (the default)."""

@@ -343,6 +343,27 @@ class ImageFolderDataModule(BaseDataModule):
         )
         return dataset, list(paths)
 
+    def frame_data(self, frame: Any) -> tuple[Dataset, list[Any]]:
+        """Image files named in the ``path`` column of a DataFrame, prepared as val/test images, with their paths
+        as ids."""
+        if self.mean is None or self.std is None:
+            self.setup()
+        if "path" not in frame.columns:
+            raise ValueError(f"{type(self).__name__}: the table needs a 'path' column of image files")
+        paths = [str(p) for p in frame["path"].tolist()]
+        self.check_images(paths)
+        dataset = ImageFolderDataset(
+            paths, None, self.image_size, self.channels, self.mean, self.std, augment=False, images=None
+        )
+        return dataset, paths
+
+    def raw_examples(self, count: int = 5) -> Any:
+        """The paths of the first ``count`` images of the train data, as a DataFrame with a ``path`` column."""
+        import pandas as pd
+
+        paths, _ = self.load()
+        return pd.DataFrame({"path": list(paths)[:count]})
+
     # --- checkpoint state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Class names and, after setup, the train mean/std (plain lists, safe for ``weights_only`` loading)."""

@@ -254,6 +254,34 @@ class TextClassificationDataModule(BaseDataModule):
             raise type(err)(f"{type(self).__name__}: {err}") from None
         return TokenSequenceDataset([self.encode(text) for text in texts], None), list(range(len(texts)))
 
+    def frame_data(self, frame: Any) -> tuple[Dataset, list[Any]]:
+        """Raw texts (a DataFrame with the ``text_field`` column; a label column is ignored) encoded as at training
+        time, with their row numbers from 0."""
+        if self.vocabulary is None or self._class_names is None:
+            self.setup()
+        if self.text_field not in frame.columns:
+            raise ValueError(
+                f"{type(self).__name__}: the table lacks the text column {self.text_field!r} (columns: "
+                f"{[str(c) for c in frame.columns]})"
+            )
+        texts = ["" if value is None else str(value) for value in frame[self.text_field].tolist()]
+        return TokenSequenceDataset([self.encode(text) for text in texts], None), list(range(len(texts)))
+
+    def raw_examples(self, count: int = 5) -> Any:
+        """The first ``count`` texts of the data file, as a DataFrame with the ``text_field`` column."""
+        import pandas as pd
+
+        texts, _, _ = read_text_label_file(self.path, self.text_field, None)
+        return pd.DataFrame({self.text_field: texts[:count]})
+
+    def inference_loader(self, dataset: Dataset) -> DataLoader:
+        """In order: no length buckets, so outputs line up with the inputs."""
+        self._keep_order = True
+        try:
+            return super().inference_loader(dataset)
+        finally:
+            self._keep_order = False
+
     def predict_dataloader(self) -> DataLoader:
         """Predict the texts of ``predict_path``, or the test split (or val without one), in order: no length
         buckets, so outputs line up with the inputs."""

@@ -120,7 +120,7 @@ def predict_frame(task: pl.LightningModule, datamodule: Any, frame: Any) -> Any:
     import pandas as pd
 
     dataset, ids = datamodule.frame_data(frame)
-    loader = datamodule.make_loader(dataset, train=False)
+    loader = datamodule.inference_loader(dataset)
     was_training = task.training
     task.eval()
     try:

@@ -124,3 +124,24 @@ def test_mlflow_models_serve_answers_with_the_same_predictions(registered):
     expected = recipes_predict(directory, raw, "served")
     assert served["prediction"].tolist() == expected["prediction"].tolist()
     assert served["prob_yes"].to_numpy() == pytest.approx(expected["prob_yes"].to_numpy(), abs=1e-6)
+
+
+def test_a_text_model_takes_raw_texts(workdir):
+    (workdir / "data").symlink_to(REPO / "data")
+    text = CONFIGS / "text_transformer.yaml"
+    main(["fit", "-c", str(text), "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "5",
+          "--register_model", "reviews"])
+    reviews = pd.DataFrame({"text": ["not bad at all, I loved it", "the plot was dull, but the cast was great",
+                                     "a zebra qwxz never seen word", "terrible"]})
+    mlflow.set_tracking_uri(f"sqlite:///{workdir / 'mlflow.db'}")
+    model = mlflow.pyfunc.load_model("models:/reviews/1")
+    assert [c.name for c in model.metadata.signature.inputs.inputs] == ["text"]
+    served = model.predict(reviews)
+    reviews.to_csv(workdir / "new_reviews.csv", index=False)
+    main(["predict", "-c", str(text), "--ckpt_path", "best", "--data.init_args.predict_path", "new_reviews.csv",
+          "--predictions_path", "out.csv"])
+    expected = pd.read_csv(workdir / "out.csv")
+    assert list(served.columns) == list(expected.columns) == ["row", "prediction", "prob_negative", "prob_neutral",
+                                                               "prob_positive"]
+    assert served["prediction"].tolist() == expected["prediction"].tolist()
+    assert served["prob_positive"].to_numpy() == pytest.approx(expected["prob_positive"].to_numpy(), abs=1e-6)
