@@ -53,7 +53,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "RunCheckpoint",
         "RunCheckpoint",
         "LearningRateMonitor",
-        "EarlyStopping",
+        "RecipeEarlyStopping",
         "ConfusionMatrixArtifact",
         "EpochSummary",
         "LoopDoctor",
