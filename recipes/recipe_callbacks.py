@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 
 from recipes.callbacks import LoopDoctor, TrainingPlan
 from recipes.checkpoint_locations import RunCheckpoint
 from recipes.confusion_matrix import ConfusionMatrixArtifact
-from recipes.model_logging import MlflowModel
+from recipes.early_stopping import RecipeEarlyStopping
 from recipes.interruptions import StopOnSignal
 from recipes.plateau_resume import PlateauStepOnResume
+from recipes.model_logging import MlflowModel
 from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
 from recipes.random_state import RandomStates
@@ -103,8 +104,10 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
     CallbackSlot(
         "early_stopping",
         FIT,
-        lambda run: EarlyStopping(monitor=run.monitor, mode=run.monitor_mode, patience=run.early_stopping_patience),
-        "only where the recipe sets a patience",
+        lambda run: RecipeEarlyStopping(
+            monitor=run.monitor, mode=run.monitor_mode, patience=run.early_stopping_patience
+        ),
+        "only where the recipe sets a patience; says why it stopped (stderr line, run tag)",
         applies=lambda run: run.early_stopping_patience is not None,
     ),
     CallbackSlot(

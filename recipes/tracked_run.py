@@ -64,32 +64,44 @@ class TrackedRun:
         input_example: tuple[Any, Any] | None,
         registered_model_name: str | None = None,
     ) -> tuple[str, str | None]:
-        """Log an MLflow pyfunc model "from code" (``code_path``) as a model of this run, with a signature inferred
-        from ``input_example`` (inputs, outputs); register it when ``registered_model_name`` is given. Returns the
-        model's URI and the registered version (``None`` when not registered)."""
+        """Save an MLflow pyfunc model "from code" (``code_path``) as the run's artifact folder ``model/``, with a
+        signature inferred from ``input_example`` (inputs, outputs), and register it as a new version of
+        ``registered_model_name`` when given. Returns the model's URI (``runs:/<run id>/model``) and the registered
+        version (``None`` when not registered). Only this run's client is used: MLflow's global tracking URI (and
+        the ``MLFLOW_TRACKING_URI`` it exports) stay as they are."""
+        import tempfile
+
         import mlflow
+        from mlflow.exceptions import MlflowException
         from mlflow.models import infer_signature
 
+        client, run_id = self.logger.experiment, self.logger.run_id
         signature, example = None, None
         if input_example is not None:
             example = input_example[0]
             signature = infer_signature(input_example[0], input_example[1])
-        mlflow.set_tracking_uri(self.logger.experiment.tracking_uri)
-        active = mlflow.active_run()
-        with mlflow.start_run(run_id=self.logger.run_id, nested=active is not None):
-            info = mlflow.pyfunc.log_model(
-                name="model",
+        with tempfile.TemporaryDirectory() as folder:
+            mlflow.pyfunc.save_model(
+                path=f"{folder}/model",
                 python_model=code_path,
                 artifacts=artifacts,
                 model_config=model_config,
                 signature=signature,
                 input_example=example,
-                registered_model_name=registered_model_name,
                 # named here rather than inferred: MLflow's inference runs the model in a subprocess (seconds)
                 pip_requirements=pip_requirements(),
             )
-        version = info.registered_model_version
-        return info.model_uri, None if version is None else str(version)
+            client.log_artifacts(run_id, f"{folder}/model", "model")
+        if registered_model_name is None:
+            return f"runs:/{run_id}/model", None
+        try:
+            client.create_registered_model(registered_model_name)
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        source = f"{client.get_run(run_id).info.artifact_uri}/model"
+        version = client.create_model_version(registered_model_name, source=source, run_id=run_id)
+        return f"runs:/{run_id}/model", str(version.version)
 
     def logged_params(self) -> dict[str, str]:
         """The params the run holds now (as MLflow stores them: strings)."""

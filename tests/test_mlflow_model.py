@@ -53,7 +53,9 @@ def test_the_registered_model_predicts_raw_rows_as_recipes_predict(registered):
     directory, raw = registered
     mlflow.set_tracking_uri(f"sqlite:///{directory / 'mlflow.db'}")
     fit = runs_of(directory, "tabular_mlp")[0]
-    assert fit.data.tags[MODEL_TAG].startswith("models:/")
+    assert fit.data.tags[MODEL_TAG] == f"runs:/{fit.info.run_id}/model"  # the run's artifact folder model/
+    client = mlflow.MlflowClient()
+    assert "model/MLmodel" in {a.path for a in client.list_artifacts(fit.info.run_id, "model")}
     model = mlflow.pyfunc.load_model("models:/churn/1")
     inputs = [c.name for c in model.metadata.signature.inputs.inputs]
     assert inputs == ["tenure_months", "monthly_charges", "support_calls", "age", "plan", "region", "payment"]
@@ -73,6 +75,7 @@ def test_the_registered_model_predicts_raw_rows_as_recipes_predict(registered):
 def test_without_register_model_the_model_is_logged_not_registered_and_can_be_switched_off(workdir):
     main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1"])
     main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--mlflow_model", "false"])
+    assert "MLFLOW_TRACKING_URI" not in os.environ  # logging the model leaves MLflow's global settings alone
     with_model, without = runs_of(workdir, "spiral_mlp")
     assert MODEL_TAG not in without.data.tags
     mlflow.set_tracking_uri(f"sqlite:///{workdir / 'mlflow.db'}")

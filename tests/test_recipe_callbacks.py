@@ -54,7 +54,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "RunCheckpoint",
         "RunCheckpoint",
         "LearningRateMonitor",
-        "EarlyStopping",
+        "RecipeEarlyStopping",
         "MlflowModel",
         "ConfusionMatrixArtifact",
         "EpochSummary",
