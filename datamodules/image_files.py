@@ -78,6 +78,23 @@ def check_image(path: str) -> None:
         raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
 
 
+#: Pillow modes of more than 8 bits per pixel that ``Image.convert`` would clip to 8 bits (every value above 255
+#: becomes 255: a 16-bit PNG turns white), with the largest value of their range.
+HIGH_DEPTH_MODES = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535, "I": 65535}
+
+
+def to_eight_bits(image: Image.Image) -> Image.Image:
+    """A high-depth grey image (16-bit PNG/TIFF: modes ``I;16*``, ``I``) scaled to 8 bits ("L", round(v / 257)),
+    so it gives the tensor its 8-bit version gives; other images unchanged. 32-bit "I" images are read as 16-bit
+    data (what PNG and TIFF files hold); values beyond 65535 saturate."""
+    top = HIGH_DEPTH_MODES.get(image.mode)
+    if top is None:
+        return image
+    values = np.asarray(image, dtype=np.float64)
+    scaled = np.clip(np.round(values * (255.0 / top)), 0, 255).astype(np.uint8)
+    return Image.fromarray(scaled, mode="L")
+
+
 def read_image(path: str, size: tuple[int, int], channels: int) -> Tensor:
     """One image file as a uint8 tensor ``(channels, height, width)``: converted to "L"/"RGB", bilinear resize.
 
@@ -86,7 +103,7 @@ def read_image(path: str, size: tuple[int, int], channels: int) -> Tensor:
     height, width = size
     try:
         with Image.open(path) as image:
-            image = image.convert(MODES[channels])
+            image = to_eight_bits(image).convert(MODES[channels])
             if image.size != (width, height):
                 image = image.resize((width, height), Image.Resampling.BILINEAR)
             array = np.array(image, dtype=np.uint8)
