@@ -43,6 +43,9 @@ class RunContinuity(Callback):
             "mlflow_run_id": str(run.run_id),
             "experiment": mlflow_logger_experiment_name(run.logger),
         }
+        # before the file exists, every metric logged so far is in the store: a hard kill after this save loses
+        # nothing up to the checkpoint that a resume restarts from (MLflow's async queue waits up to 5 s otherwise)
+        run.flush_metrics()
 
 
 def continue_stamped_run(logger_config: Namespace, stamp: dict[str, str], ckpt_path: str, tracking_uri: str) -> None:

@@ -56,6 +56,12 @@ class TrackedRun:
         """Copy a local file into the run's artifacts (under ``artifact_dir``)."""
         self.logger.experiment.log_artifact(self.logger.run_id, local_path, artifact_dir)
 
+    def flush_metrics(self) -> None:
+        """Make every metric logged so far durable in the store (the logger's ``flush_metrics`` when it has one)."""
+        flush = getattr(self.logger, "flush_metrics", None)
+        if callable(flush):
+            flush()
+
     def log_pyfunc_model(
         self,
         code_path: str,

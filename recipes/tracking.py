@@ -155,6 +155,7 @@ class RecipeLogger(MLFlowLogger):
         self._uploader = CheckpointUploader(self._upload_file, min_interval_s=checkpoint_upload_interval)
         self.resumed = run_id is not None
         self.killed_by: str | None = None  # the signal that stopped training (``mark_killed``), if any
+        self._steps_before_resume: dict[str, set[int]] | None = None  # a continued run's history, read once
 
     @property
     def experiment_name(self) -> str:
@@ -164,6 +165,39 @@ class RecipeLogger(MLFlowLogger):
     def mark_killed(self, reason: str) -> None:
         """Training was stopped from outside (``reason``: "SIGTERM" or "SIGINT"): the run ends KILLED, not FAILED."""
         self.killed_by = reason
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+        """A continued run logs a metric only at steps its history does not hold yet: the attempt that was killed
+        may have logged steps after the checkpoint the resume restarts from, and the resume (bit-exact) logs them
+        again; MLflow keeps every write, so they would appear twice."""
+        if self.resumed and step is not None:
+            logged = self.steps_before_resume()
+            metrics = {k: v for k, v in dict(metrics).items() if step not in logged.get(k, ())}
+            if not metrics:
+                return
+        super().log_metrics(metrics, step)
+
+    def steps_before_resume(self) -> dict[str, set[int]]:
+        """The steps of every metric the continued run held when this process started writing to it."""
+        if self._steps_before_resume is None:
+            client, run_id = self.experiment, self.run_id
+            keys = client.get_run(run_id).data.metrics
+            self._steps_before_resume = {
+                key: {m.step for m in client.get_metric_history(run_id, key)} for key in keys
+            }
+        return self._steps_before_resume
+
+    def flush_metrics(self) -> None:
+        """Write every metric queued by MLflow's asynchronous logging now (the queue of this logger's store)."""
+        if not mlflow_logger_run_created(self):
+            return
+        import mlflow
+
+        # the store of the global tracking URI, which MLFlowLogger set to its own when it opened the run; the
+        # client shares that store object (MLflow caches one per URI), so this is the queue its writes wait in
+        if mlflow.get_tracking_uri() == self.experiment.tracking_uri:
+            mlflow.flush_async_logging()
 
     def log_hyperparams(self, params: Any) -> None:
         """Params are written at once (not queued): ``log_params_once`` reads them back to find changed values."""

@@ -1,0 +1,83 @@
+"""The tracker is never behind the checkpoint (issue 16, item 1): a hard kill after a checkpoint loses none of the
+metrics logged before it, and the resume logs no step twice."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from recipes.cli import main
+from tests.conftest import REPO, SPIRAL, mlflow_client, runs_of
+
+SIX_EPOCHS = ["--trainer.max_epochs", "6", "--mlflow_model", "false"]
+
+DIE = textwrap.dedent(
+    """
+    import os
+
+    import mlflow
+    from lightning.pytorch.callbacks import Callback
+
+
+    class DieAt(Callback):
+        '''os._exit (no cleanup, like kill -9) at batch ``batch`` of epoch ``epoch`` (0-based), optionally after
+        making MLflow's queued writes durable (so the killed attempt's last steps are in the store).'''
+
+        def __init__(self, epoch: int = 2, batch: int = 0, flush_first: bool = False) -> None:
+            self.epoch, self.batch, self.flush_first = epoch, batch, flush_first
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+                if self.flush_first:
+                    mlflow.flush_async_logging()
+                os._exit(9)
+    """
+)
+
+
+def history(directory: Path, run_id: str, key: str) -> list[int]:
+    return sorted(m.step for m in mlflow_client(directory).get_metric_history(run_id, key))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[str, list[int]]:
+    """The steps of val/acc and train/loss in a 6-epoch spiral run that nothing interrupts."""
+    directory = tmp_path_factory.mktemp("uninterrupted")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(directory)
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        main(["fit", "-c", str(SPIRAL), *SIX_EPOCHS])
+    run = runs_of(directory, "spiral_mlp")[0]
+    return {key: history(directory, run.info.run_id, key) for key in ("val/acc", "train/loss")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("batch", "flush_first"),
+    [(0, False), (12, True)],
+    ids=["killed_at_an_epoch_start", "killed_mid_epoch_after_its_steps_were_written"],
+)
+def test_after_a_hard_kill_and_resume_every_step_is_logged_once(workdir, uninterrupted, batch, flush_first):
+    (workdir / "die.py").write_text(DIE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), str(REPO)])}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    killed = subprocess.run(
+        [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *SIX_EPOCHS,
+         "--trainer.callbacks+=die.DieAt", "--trainer.callbacks.batch", str(batch),
+         "--trainer.callbacks.flush_first", str(flush_first).lower()],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == 9, killed.stderr[-2000:]
+    run_id = runs_of(workdir, "spiral_mlp")[0].info.run_id
+    # the checkpoint of epoch 2 is on disk, and so is everything logged before it
+    assert history(workdir, run_id, "val/acc") == uninterrupted["val/acc"][:2]
+    main(["fit", "-c", str(SPIRAL), *SIX_EPOCHS, "--ckpt_path", "last"])
+    runs = runs_of(workdir, "spiral_mlp")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    for key in ("val/acc", "train/loss"):
+        assert history(workdir, run_id, key) == uninterrupted[key]  # every step, each once
