@@ -10,6 +10,12 @@ transaction instead of failing with ``database is locked``.
 ``prepare_sqlite_store`` does the two one-time steps under an exclusive ``flock`` on the database's directory, so the
 first process creates and the others wait, then find everything in place. Other tracking URIs (a server, another
 database) are left alone: a server serializes this itself.
+
+The first start is atomic: MLflow creates its tables in a hidden temporary file next to the database, which is moved
+into place (``os.replace``) only once complete. A SIGTERM, Ctrl+C or kill during the creation (several seconds on a
+slow disk) used to leave a half-made ``mlflow.db`` that every later command refused (``duplicate column name: step``,
+``table secrets already exists``); now it leaves no database, and the next command creates it. Temporary files of
+an interrupted creation are removed by the next one (under the lock: nobody else is creating).
 """
 
 from __future__ import annotations
@@ -63,7 +69,10 @@ def prepare_sqlite_store(uri: str, experiment: str | None) -> None:
     directory = database.parent.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     with directory_lock(directory):
-        client = MlflowClient(uri)  # opens the store: creates or upgrades the tables
+        remove_interrupted_creations(database)
+        if not database.exists():
+            create_database_atomically(database.resolve())
+        client = MlflowClient(uri)  # opens the store: upgrades the tables of an older MLflow
         if experiment:
             if client.get_experiment_by_name(experiment) is None:
                 client.create_experiment(experiment)
@@ -71,4 +80,28 @@ def prepare_sqlite_store(uri: str, experiment: str | None) -> None:
             client.search_experiments(max_results=1)
 
 
-__all__ = ["directory_lock", "prepare_sqlite_store", "sqlite_database_path"]
+CREATING_SUFFIX = ".creating"
+
+
+def create_database_atomically(database: Path) -> None:
+    """Create MLflow's tables in a temporary file next to ``database`` and move it into place when complete; call it
+    under ``directory_lock``. Leftovers of an interrupted creation are removed first."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    temporary = database.with_name(f".{database.name}.{os.getpid()}{CREATING_SUFFIX}")
+    try:
+        MlflowClient(f"{SQLITE_PREFIX}{temporary}").search_experiments(max_results=1)  # creates every table
+        os.replace(temporary, database)
+    finally:
+        temporary.unlink(missing_ok=True)
+        temporary.with_name(temporary.name + "-journal").unlink(missing_ok=True)
+
+
+def remove_interrupted_creations(database: Path) -> None:
+    """Remove the temporary files (and SQLite journals) of creations that a signal or a kill interrupted; call it
+    under ``directory_lock``, when no other process can be creating."""
+    for leftover in database.parent.glob(f".{database.name}.*{CREATING_SUFFIX}*"):
+        leftover.unlink(missing_ok=True)
+
+
+__all__ = ["create_database_atomically", "directory_lock", "prepare_sqlite_store", "sqlite_database_path"]
