@@ -8,11 +8,13 @@ made once), and ``start_tracked_run`` once the trainer exists (run tags, a conti
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 
+from recipes.abandoned_runs import close_abandoned_runs, process_tags
 from recipes.sqlite_store import prepare_sqlite_store
 from recipes.tracking import RecipeLogger, check_tracking_server, default_tracking_uri
 
@@ -80,6 +82,11 @@ def prepare_tracking(cfg: Namespace) -> None:
         # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
         # (before the logger is built: MLflow's client opens, and creates, the database then)
         prepare_sqlite_store(tracking_uri(cfg), experiment_name(cfg))
+        for run_id in close_abandoned_runs(tracking_uri(cfg), experiment_name(cfg)):
+            print(
+                f"recipes: run {run_id} was left RUNNING by a process that no longer exists: marked KILLED",
+                file=sys.stderr,
+            )
 
 
 def is_tracked(cfg: Namespace) -> bool:
@@ -103,7 +110,12 @@ def start_tracked_run(trainer: Trainer, cfg: Namespace, stage: str, extra_tags: 
     continued run."""
     for logger in trainer.loggers:
         if isinstance(logger, RecipeLogger):
-            tags = {"loopwise.recipe": recipe_name(cfg), "loopwise.stage": stage, **(extra_tags or {})}
+            tags = {
+                "loopwise.recipe": recipe_name(cfg),
+                "loopwise.stage": stage,
+                **process_tags(),
+                **(extra_tags or {}),
+            }
             if cfg.get("ckpt_path"):
                 tags["loopwise.ckpt_path"] = cfg.ckpt_path
             commit = git_commit(Path.cwd())

@@ -81,3 +81,25 @@ def test_after_a_hard_kill_and_resume_every_step_is_logged_once(workdir, uninter
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     for key in ("val/acc", "train/loss"):
         assert history(workdir, run_id, key) == uninterrupted[key]  # every step, each once
+
+
+@pytest.mark.slow
+def test_a_run_killed_before_its_first_checkpoint_is_marked_killed_by_the_next_command(workdir, capsys):
+    (workdir / "die.py").write_text(DIE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), str(REPO)])}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    killed = subprocess.run(
+        [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *SIX_EPOCHS,
+         "--trainer.callbacks+=die.DieAt", "--trainer.callbacks.epoch", "0", "--trainer.callbacks.batch", "3"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == 9, killed.stderr[-2000:]
+    (abandoned,) = runs_of(workdir, "spiral_mlp")
+    assert abandoned.info.status == "RUNNING"  # nobody closed it: before, it stayed so for good
+    main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--mlflow_model", "false"])
+    assert f"run {abandoned.info.run_id} was left RUNNING by a process that no longer exists" in capsys.readouterr().err
+    runs = {r.info.run_id: r for r in runs_of(workdir, "spiral_mlp")}
+    assert runs[abandoned.info.run_id].info.status == "KILLED"
+    assert "ended without closing the run" in runs[abandoned.info.run_id].data.tags["loopwise.abandoned"]
+    new = next(r for r in runs.values() if r.info.run_id != abandoned.info.run_id)
+    assert new.info.status == "FINISHED" and new.data.tags["loopwise.pid"] == str(os.getpid())
