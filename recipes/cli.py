@@ -31,6 +31,7 @@ from recipes.checkpoint_io import with_atomic_checkpoint_io
 from recipes.checkpoint_locations import resolve_checkpoint
 from recipes.data_sizes import DataSizeError, DataSizes, data_size_error
 from recipes.device_settings import DeviceSettingError, apply_device_settings
+from recipes.evaluation_interruptions import EvaluationStopped
 from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
 from recipes.run_continuity import continue_stamped_run
 from recipes.run_record import RunRecord
@@ -321,6 +322,9 @@ def main(args: list[str] | None = None) -> None:
     except RecipeInputError as err:
         print(f"recipes: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except EvaluationStopped as stop:
+        print(stop.describe(), file=sys.stderr)
+        raise SystemExit(stop.code) from None
     except SIGTERMException as stop:  # Lightning raises it without a code, which would exit 0
         code = stop.code if isinstance(stop.code, int) and stop.code else 128 + 15
         name = "SIGINT" if code == 128 + 2 else "SIGTERM"

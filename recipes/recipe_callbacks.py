@@ -19,6 +19,7 @@ from recipes.callbacks import LoopDoctor, TrainingPlan
 from recipes.checkpoint_locations import RunCheckpoint
 from recipes.confusion_matrix import ConfusionMatrixArtifact
 from recipes.early_stopping import RecipeEarlyStopping
+from recipes.evaluation_interruptions import StopEvaluationOnSignal
 from recipes.interruptions import StopOnSignal
 from recipes.plateau_resume import PlateauStepOnResume
 from recipes.model_logging import MlflowModel
@@ -71,6 +72,12 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
     ),
     CallbackSlot("run_continuity", FIT, lambda run: RunContinuity(), "stamps checkpoints with the MLflow run"),
     CallbackSlot("stop_on_signal", FIT, lambda run: StopOnSignal(), "SIGTERM/SIGINT: last.ckpt, run KILLED"),
+    CallbackSlot(
+        "stop_evaluation_on_signal",
+        ("validate", "test", "predict"),
+        lambda run: StopEvaluationOnSignal(),
+        "SIGTERM/SIGINT during validate/test/predict: stop at once, run KILLED",
+    ),
     CallbackSlot(
         "random_states", FIT, lambda run: RandomStates(), "a resumed run draws what an uninterrupted one would"
     ),

@@ -69,9 +69,9 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
     "stage, overrides, expected",
     [
         ("fit", {"tracked": False, "early_stopping_patience": None, "interactive": True}, None),
-        ("validate", {}, ["confusion_matrix", "epoch_summary"]),
-        ("test", {"interactive": True}, ["confusion_matrix"]),
-        ("predict", {}, ["predictions", "epoch_summary"]),
+        ("validate", {}, ["stop_evaluation_on_signal", "confusion_matrix", "epoch_summary"]),
+        ("test", {"interactive": True}, ["stop_evaluation_on_signal", "confusion_matrix"]),
+        ("predict", {}, ["stop_evaluation_on_signal", "predictions", "epoch_summary"]),
     ],
 )
 def test_conditions_and_stages_select_rows(stage, overrides, expected):
