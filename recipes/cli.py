@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, Literal
 
 from jsonargparse import Namespace
@@ -34,6 +35,7 @@ from recipes.device_settings import DeviceSettingError, apply_device_settings
 from recipes.evaluation_interruptions import EvaluationStopped
 from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
 from recipes.run_continuity import continue_stamped_run
+from recipes.run_lock import RunLocked, hold_run_lock
 from recipes.run_record import RunRecord
 from recipes.split_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
 from recipes.tracking import TrackingServerUnreachable
@@ -186,6 +188,18 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
             logger = recipe_logger_config(cfg)
             if self.config.get("subcommand") == "fit" and logger is not None:
                 continue_stamped_run(logger, self.checkpoint.stamp, self.checkpoint.path, tracking_uri(cfg))
+                self.lock_resumed_run(cfg)
+
+    def lock_resumed_run(self, cfg: Namespace) -> None:
+        """A resumed run is resumed by one process at a time (rank 0 holds the lock for its DDP group)."""
+        logger = recipe_logger_config(cfg)
+        run_id = logger.get("init_args.run_id") if logger is not None else None
+        if not run_id or rank_zero_only.rank != 0:
+            return
+        try:
+            hold_run_lock(Path(cfg.checkpoints_dir) / experiment_name(cfg), str(run_id))
+        except RunLocked as err:
+            raise RecipeInputError(str(err)) from None
 
     def check_checkpoint(self, cfg: Namespace) -> CheckpointSummary:
         """``--ckpt_path`` resolved (``best``/``last`` among the tracked fit runs on this data, ``run:``,

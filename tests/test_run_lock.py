@@ -1,0 +1,44 @@
+"""A second concurrent resume of the same run fails at once, naming the process that holds it (issue 16, item 5)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from recipes.cli import main
+from recipes.run_lock import hold_run_lock, lock_path
+from tests.conftest import REPO, SPIRAL, runs_of
+
+
+@pytest.mark.slow
+def test_a_second_resume_of_a_run_being_resumed_fails_at_once(workdir, capsys):
+    main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--mlflow_model", "false"])
+    run_id = runs_of(workdir, "spiral_mlp")[0].info.run_id
+    lock = lock_path(workdir / "checkpoints" / "spiral_mlp", run_id)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--ckpt_path", "last",
+         "--trainer.max_epochs", "400", "--mlflow_model", "false"],
+        cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and f"process {first.pid}" in lock.read_text()):
+            assert first.poll() is None and time.monotonic() < deadline, "the first resume did not take the lock"
+            time.sleep(0.2)
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as exc:
+            main(["fit", "-c", str(SPIRAL), "--ckpt_path", "last", "--trainer.max_epochs", "400"])
+        assert exc.value.code == 2 and time.monotonic() - started < 30
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"recipes: error: run {run_id} is being resumed by process {first.pid} on ")
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+    hold_run_lock(workdir / "checkpoints" / "spiral_mlp", run_id)  # released when its process ended
