@@ -331,6 +331,10 @@ def main(args: list[str] | None = None) -> None:
         from recipes.compare import main as compare_main
 
         raise SystemExit(compare_main(argv[1:]))
+    if argv[:1] == ["sync"]:
+        from recipes.tracking_journal import main as sync_main
+
+        raise SystemExit(sync_main(argv[1:]))
     try:
         RecipesCLI(args=args)
     except RecipeInputError as err:

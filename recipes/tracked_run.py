@@ -7,6 +7,7 @@ client of a rank other than 0 is Lightning's no-op stand-in, so writes from thos
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,21 +41,36 @@ class TrackedRun:
         """The MLflow run id (``None`` on DDP ranks other than 0, unless given)."""
         return self.logger.run_id
 
+    def _write(self, action: Callable[[], Any], default: Any = None) -> Any:
+        """Run one store write; when the store refuses it and the logger keeps a journal (``RecipeLogger``), warn
+        once through the logger and go on (the journal keeps the record); otherwise the error propagates."""
+        try:
+            return action()
+        except Exception as err:
+            failed = getattr(self.logger, "store_failed", None)
+            if not callable(failed):
+                raise
+            failed(err)
+            return default
+
     def set_tag(self, key: str, value: Any) -> None:
         """Set one run tag (as a string)."""
-        self.logger.experiment.set_tag(self.logger.run_id, key, str(value))
+        record = getattr(self.logger, "record", None)
+        if callable(record):
+            record("tags", values={key: str(value)})
+        self._write(lambda: self.logger.experiment.set_tag(self.logger.run_id, key, str(value)))
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Write ``text`` as the run artifact ``artifact_file``."""
-        self.logger.experiment.log_text(self.logger.run_id, text, artifact_file)
+        self._write(lambda: self.logger.experiment.log_text(self.logger.run_id, text, artifact_file))
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         """Write a matplotlib figure as the run artifact ``artifact_file`` (a PNG name)."""
-        self.logger.experiment.log_figure(self.logger.run_id, figure, artifact_file)
+        self._write(lambda: self.logger.experiment.log_figure(self.logger.run_id, figure, artifact_file))
 
     def log_file(self, local_path: str, artifact_dir: str | None = None) -> None:
         """Copy a local file into the run's artifacts (under ``artifact_dir``)."""
-        self.logger.experiment.log_artifact(self.logger.run_id, local_path, artifact_dir)
+        self._write(lambda: self.logger.experiment.log_artifact(self.logger.run_id, local_path, artifact_dir))
 
     def flush_metrics(self) -> None:
         """Make every metric logged so far durable in the store (the logger's ``flush_metrics`` when it has one)."""
@@ -111,7 +127,7 @@ class TrackedRun:
 
     def logged_params(self) -> dict[str, str]:
         """The params the run holds now (as MLflow stores them: strings)."""
-        return dict(self.logger.experiment.get_run(self.logger.run_id).data.params)
+        return self._write(lambda: dict(self.logger.experiment.get_run(self.logger.run_id).data.params), {})
 
     def log_params_once(self, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:
         """Log the params the run does not hold yet; return ``{param: (logged value, new value)}`` for those it holds

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -23,6 +25,7 @@ from lightning_modules.compat import (
     mlflow_logger_uploaded_files,
 )
 from recipes.checkpoint_upload import CheckpointUploader, file_identity
+from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay, watch_store_failures
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
 SERVER_CHECK_TIMEOUT_S = 5
@@ -156,6 +159,10 @@ class RecipeLogger(MLFlowLogger):
         self.resumed = run_id is not None
         self.killed_by: str | None = None  # the signal that stopped training (``mark_killed``), if any
         self._steps_before_resume: dict[str, set[int]] | None = None  # a continued run's history, read once
+        self._journal_dir: Path | None = None  # <checkpoints_dir>/<experiment>: the run's journal goes below
+        self._journal: TrackingJournal | None = None
+        self.store_failure: str | None = None  # the first write the store refused, once it has refused one
+        watch_store_failures(self)
 
     @property
     def experiment_name(self) -> str:
@@ -165,6 +172,46 @@ class RecipeLogger(MLFlowLogger):
     def mark_killed(self, reason: str) -> None:
         """Training was stopped from outside (``reason``: "SIGTERM" or "SIGINT"): the run ends KILLED, not FAILED."""
         self.killed_by = reason
+
+    # --- the run's journal: nothing lost when the store fails (recipes/tracking_journal.py) --------------------
+    def keep_journal(self, experiment_dir: Path) -> None:
+        """Keep the run's record in ``<experiment_dir>/<run id>/tracking-journal.jsonl`` as well (recipe fits)."""
+        self._journal_dir = Path(experiment_dir)
+
+    def keeps_journal(self) -> bool:
+        """Whether the run's journal is open (a recipe fit is running)."""
+        return self._journal is not None
+
+    def record(self, kind: str, **data: Any) -> None:
+        """Append to the journal (once the run exists and a journal folder was given)."""
+        if self._journal_dir is None or not mlflow_logger_run_created(self) or rank_zero_only.rank != 0:
+            return
+        if self._journal is None:
+            self._journal = TrackingJournal(self._journal_dir / str(self.run_id) / JOURNAL_NAME)
+            if self.tags:
+                self._journal.record("tags", values=dict(self.tags))
+        self._journal.record(kind, **data)
+
+    def store_failed(self, error: BaseException | str) -> None:
+        """A write the store refused: warn once; training goes on and the journal keeps the record."""
+        if self.store_failure is not None:
+            return
+        self.store_failure = str(error) if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        where = self._journal.path if self._journal is not None else "the run's checkpoint folder"
+        warnings.warn(
+            f"recipes: the tracking store stopped accepting writes ({self.store_failure[:300]}); training goes on. "
+            f"The run's record is kept in {where}: `recipes sync` writes it to the store once it works again (a "
+            "resume of the run does too).",
+            stacklevel=2,
+        )
+
+    def replay_journal(self) -> None:
+        """A continued run: write what its journal holds and the store lacks (a store that failed last time)."""
+        if self._journal_dir is None:
+            return
+        path = self._journal_dir / str(self.run_id) / JOURNAL_NAME
+        if path.is_file():
+            replay(read_journal(path), self.experiment, str(self.run_id))
 
     @rank_zero_only
     def log_metrics(self, metrics: Any, step: int | None = None) -> None:
@@ -176,7 +223,11 @@ class RecipeLogger(MLFlowLogger):
             metrics = {k: v for k, v in dict(metrics).items() if step not in logged.get(k, ())}
             if not metrics:
                 return
-        super().log_metrics(metrics, step)
+        self.record("metrics", step=step, time=int(time.time() * 1000), values=dict(metrics))
+        try:
+            super().log_metrics(metrics, step)
+        except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
+            self.store_failed(err)
 
     def steps_before_resume(self) -> dict[str, set[int]]:
         """The steps of every metric the continued run held when this process started writing to it."""
@@ -192,23 +243,37 @@ class RecipeLogger(MLFlowLogger):
         """Write every metric queued by MLflow's asynchronous logging now (the queue of this logger's store)."""
         if not mlflow_logger_run_created(self):
             return
+        if self._journal is not None:
+            self._journal.sync_to_disk()
         import mlflow
 
         # the store of the global tracking URI, which MLFlowLogger set to its own when it opened the run; the
         # client shares that store object (MLflow caches one per URI), so this is the queue its writes wait in
         if mlflow.get_tracking_uri() == self.experiment.tracking_uri:
-            mlflow.flush_async_logging()
+            try:
+                mlflow.flush_async_logging()
+            except Exception as err:  # noqa: BLE001
+                self.store_failed(err)
 
     def log_hyperparams(self, params: Any) -> None:
         """Params are written at once (not queued): ``log_params_once`` reads them back to find changed values."""
-        with mlflow_logger_unbuffered(self):
-            super().log_hyperparams(params)
+        values = dict(params) if isinstance(params, dict) else dict(vars(params)) if hasattr(params, "__dict__") else {}
+        self.record("params", values={k: str(v)[:250] for k, v in values.items()})
+        try:
+            with mlflow_logger_unbuffered(self):
+                super().log_hyperparams(params)
+        except Exception as err:  # noqa: BLE001
+            self.store_failed(err)
 
     def add_tags(self, tags: dict[str, Any]) -> None:
         """Tags for the run: set at creation if it does not exist yet, else written to it now (rank 0)."""
         if mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
-            for key, value in tags.items():
-                self.experiment.set_tag(self.run_id, key, str(value))
+            self.record("tags", values={k: str(v) for k, v in tags.items()})
+            try:
+                for key, value in tags.items():
+                    self.experiment.set_tag(self.run_id, key, str(value))
+            except Exception as err:  # noqa: BLE001
+                self.store_failed(err)
         else:
             self.tags = {**(self.tags or {}), **{k: str(v) for k, v in tags.items()}}
 
@@ -217,6 +282,7 @@ class RecipeLogger(MLFlowLogger):
         """Mark a continued run (``run_id`` given) as RUNNING again (it may have ended FINISHED, FAILED or KILLED,
         or still read RUNNING after a hard kill) and write the tags that only a new run would get at creation."""
         if self.resumed:
+            self.replay_journal()
             self.experiment.update_run(self.run_id, status="RUNNING")
             for key, value in (self.tags or {}).items():
                 self.experiment.set_tag(self.run_id, key, str(value))
@@ -236,7 +302,16 @@ class RecipeLogger(MLFlowLogger):
         mlflow_logger_forget_checkpoints(self)  # uploaded above, under fixed names
         if status == "failed" and self.killed_by is not None:
             status = "KILLED"  # MLflow's RunStatus for a run stopped from outside (SIGTERM, Ctrl+C)
-        super().finalize(status)
+        final = {"success": "FINISHED", "failed": "FAILED", "finished": "FINISHED"}.get(status, status)
+        self.record("status", status=final, time=int(time.time() * 1000))
+        try:
+            super().finalize(status)
+        except Exception as err:  # noqa: BLE001
+            self.store_failed(err)
+        if self._journal is not None:
+            self._journal.close()
+        if self.store_failure is not None:
+            print(f"recipes: the run's record is in {self._journal_dir}: run `recipes sync` once the store works")
 
     @rank_zero_only
     def upload_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
@@ -267,7 +342,10 @@ class RecipeLogger(MLFlowLogger):
 
     def _upload_file(self, local_file: str, name: str) -> None:
         """Send one staged ``<name>.ckpt`` to the run's ``checkpoints/`` artifact directory (replacing it)."""
-        self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
+        try:
+            self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
+        except Exception as err:  # noqa: BLE001  (the checkpoint stays on disk; the store failed)
+            self.store_failed(err)
 
 
 def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:

@@ -121,5 +121,7 @@ def start_tracked_run(trainer: Trainer, cfg: Namespace, stage: str, extra_tags: 
             commit = git_commit(Path.cwd())
             if commit:
                 tags["loopwise.git_commit"] = commit
+            if stage == "fit":  # the record is also kept next to the checkpoints (recipes/tracking_journal.py)
+                logger.keep_journal(Path(cfg.checkpoints_dir) / experiment_name(cfg))
             logger.add_tags(tags)
             logger.reopen()

@@ -121,7 +121,7 @@ def test_spiral_on_two_processes_is_one_run_with_world_size_arithmetic(spiral_dd
     # one checkpoint directory, named after the run rank 0 created; both files carry its id
     run_dirs = list((directory / "checkpoints" / "spiral_mlp").iterdir())
     assert [d.name for d in run_dirs] == [run_id]
-    assert sorted(f.name for f in run_dirs[0].iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert sorted(f.name for f in run_dirs[0].iterdir()) == ["best.ckpt", "last.ckpt", "tracking-journal.jsonl"]
     for name in ("best.ckpt", "last.ckpt"):
         assert read_run_stamp(run_dirs[0] / name) == {"mlflow_run_id": run_id, "experiment": "spiral_mlp"}
     last = torch.load(run_dirs[0] / "last.ckpt", weights_only=True)

@@ -1,0 +1,214 @@
+"""A run's record kept next to its checkpoints, so a tracking store that fails mid-run costs nothing.
+
+``RecipeLogger`` appends every metric step, param, tag and the final status of a tracked fit to
+``<checkpoints_dir>/<experiment>/<run id>/tracking-journal.jsonl`` (one JSON object per line) as it sends them to
+MLflow. When the store stops accepting writes (read-only, deleted, locked beyond its timeout, a server gone), training
+goes on with one warning, and the journal still holds everything. ``replay`` writes into the store what it lacks
+(metric steps it does not hold, params, tags, the final status); ``recipes sync`` replays every journal under a
+checkpoints folder, and a resumed fit replays its run's journal before it continues. Replaying twice changes nothing.
+MLflow's asynchronous logging reports each refused write with a traceback; ``watch_store_failures`` turns them into
+the logger's one warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+JOURNAL_NAME = "tracking-journal.jsonl"
+REPLAYED_FROM_TAG = "loopwise.replayed_from_run"
+
+
+class TrackingJournal:
+    """Append-only JSON lines of one run's record (opened on first write, flushed at every write).
+
+    Args:
+        path: The journal file (its folder is created when needed).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: Any = None
+
+    def record(self, kind: str, **data: Any) -> None:
+        """Append one entry: ``kind`` is "metrics" (``step``, ``time`` in ms, ``values``), "params", "tags" or
+        "status"."""
+        if self._handle is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+        self._handle.write(json.dumps({"kind": kind, **data}, default=str) + "\n")
+        self._handle.flush()
+
+    def sync_to_disk(self) -> None:
+        """fsync what was written (at every checkpoint save: the journal is never behind the checkpoint)."""
+        if self._handle is not None:
+            os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """The entries of a journal; a last line cut by a kill is skipped."""
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries
+
+
+@dataclass
+class ReplaySummary:
+    """What ``replay`` wrote."""
+
+    run_id: str
+    metric_values: int = 0
+    params: int = 0
+    tags: int = 0
+    status: str | None = None
+
+    def describe(self) -> str:
+        status = f", status {self.status}" if self.status else ""
+        return f"run {self.run_id}: {self.metric_values} metric value(s), {self.params} param(s), {self.tags} tag(s){status}"
+
+
+def replay(entries: list[dict[str, Any]], client: Any, run_id: str) -> ReplaySummary:
+    """Write into run ``run_id`` what the journal ``entries`` hold and the store does not."""
+    from mlflow.entities import Metric  # noqa: PLC0415
+
+    summary = ReplaySummary(run_id)
+    run = client.get_run(run_id)
+    held_params, held_tags = dict(run.data.params), dict(run.data.tags)
+    steps: dict[str, set[int]] = {}
+    missing: list[Any] = []
+    status = None
+    for entry in entries:
+        kind = entry.get("kind")
+        if kind == "metrics":
+            for key, value in entry.get("values", {}).items():
+                if key not in steps:
+                    steps[key] = {m.step for m in client.get_metric_history(run_id, key)} if key in run.data.metrics else set()
+                step = int(entry.get("step") or 0)
+                if step not in steps[key]:
+                    steps[key].add(step)
+                    missing.append(Metric(key, float(value), int(entry.get("time") or 0), step))
+        elif kind == "params":
+            for key, value in entry.get("values", {}).items():
+                if key not in held_params:
+                    client.log_param(run_id, key, value)
+                    held_params[key] = str(value)
+                    summary.params += 1
+        elif kind == "tags":
+            for key, value in entry.get("values", {}).items():
+                if held_tags.get(key) != str(value):
+                    client.set_tag(run_id, key, str(value))
+                    held_tags[key] = str(value)
+                    summary.tags += 1
+        elif kind == "status":
+            status = entry
+    for start in range(0, len(missing), 1000):
+        client.log_batch(run_id, metrics=missing[start : start + 1000], synchronous=True)
+    summary.metric_values = len(missing)
+    if status is not None and client.get_run(run_id).info.status != status.get("status"):
+        client.set_terminated(run_id, status.get("status"), int(status.get("time") or time.time() * 1000))
+        summary.status = status.get("status")
+    return summary
+
+
+def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
+    """Replay every journal under ``checkpoints_dir`` (``<experiment>/<run id>/tracking-journal.jsonl``) into the
+    store at ``tracking_uri``. A run the store does not hold (a deleted or new store) is recreated in its experiment
+    as a new run tagged ``loopwise.replayed_from_run``. Returns one line per journal."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    client = MlflowClient(tracking_uri)
+    lines = []
+    for path in sorted(checkpoints_dir.glob(f"*/*/{JOURNAL_NAME}")):
+        run_id, experiment = path.parent.name, path.parent.parent.name
+        entries = read_journal(path)
+        try:
+            client.get_run(run_id)
+            target = run_id
+        except MlflowException:
+            found = client.get_experiment_by_name(experiment)
+            experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+            earlier = client.search_runs([experiment_id], f"tags.`{REPLAYED_FROM_TAG}` = '{run_id}'")
+            target = (
+                earlier[0].info.run_id
+                if earlier
+                else client.create_run(experiment_id, tags={REPLAYED_FROM_TAG: run_id}).info.run_id
+            )
+        lines.append(replay(entries, client, target).describe() + (f" (recreated from {run_id})" if target != run_id else ""))
+    return lines
+
+
+class StoreFailureFilter(logging.Filter):
+    """MLflow reports each write its store refuses as an error with a traceback (its async logging once per batch,
+    its SQL store once per statement). While a ``RecipeLogger`` keeps a journal (a recipe fit is running), they are
+    turned into that logger's one warning instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logger: Any = None  # a weak reference to the RecipeLogger of the current run
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        owner = self.logger() if self.logger is not None else None
+        if owner is None or record.levelno < logging.ERROR or not owner.keeps_journal():
+            return True
+        owner.store_failed(record.getMessage())
+        return False
+
+
+STORE_FAILURES = StoreFailureFilter()
+MLFLOW_ERROR_LOGGERS = ("mlflow.utils.async_logging.async_logging_queue", "mlflow.store.db.utils")
+
+
+def watch_store_failures(logger: Any) -> None:
+    """Route MLflow's store errors to ``logger.store_failed`` while ``logger`` keeps a journal."""
+    STORE_FAILURES.logger = weakref.ref(logger)
+    for name in MLFLOW_ERROR_LOGGERS:
+        mlflow_logger = logging.getLogger(name)
+        if STORE_FAILURES not in mlflow_logger.filters:
+            mlflow_logger.addFilter(STORE_FAILURES)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``recipes sync [--checkpoints_dir checkpoints]``: write the journals of runs whose store failed into the store
+    (``MLFLOW_TRACKING_URI``, or ``./mlflow.db``)."""
+    import argparse  # noqa: PLC0415
+
+    from recipes.tracking import default_tracking_uri  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="recipes sync", description=main.__doc__)
+    parser.add_argument("--checkpoints_dir", default="checkpoints", help="Where the runs' checkpoints are.")
+    parser.add_argument("--tracking_uri", default=None, help="The store (default: MLFLOW_TRACKING_URI or ./mlflow.db).")
+    args = parser.parse_args(argv)
+    folder = Path(args.checkpoints_dir)
+    if not folder.is_dir():
+        print(f"recipes: error: {folder} is not a folder of checkpoints (--checkpoints_dir)", flush=True)
+        return 2
+    for line in sync_journals(folder, args.tracking_uri or default_tracking_uri()):
+        print(f"recipes sync: {line}")
+    return 0
+
+
+__all__ = [
+    "JOURNAL_NAME",
+    "TrackingJournal",
+    "main",
+    "read_journal",
+    "replay",
+    "sync_journals",
+    "watch_store_failures",
+]

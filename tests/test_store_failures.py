@@ -1,0 +1,90 @@
+"""A tracking store that fails mid-run costs nothing (issue 16, item 2): training goes on with one warning, the run's
+record is journaled next to its checkpoints, and `recipes sync` (or a resume) writes it to the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import mlflow
+import pytest
+from lightning.pytorch.callbacks import Callback
+
+from recipes.cli import main
+from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
+from tests.conftest import REPO, SPIRAL
+
+
+class DeleteStoreAfterFirstEpoch(Callback):
+    """Deletes ./mlflow.db when the first training epoch ends (the store vanishes under a running fit)."""
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch == 0:
+            import pathlib
+
+            pathlib.Path("mlflow.db").unlink()
+
+
+@pytest.mark.slow
+def test_a_store_deleted_mid_run_loses_nothing_after_recipes_sync(workdir, capsys):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3", "--mlflow_model", "false",
+              "--trainer.callbacks+=tests.test_store_failures.DeleteStoreAfterFirstEpoch"])  # fmt: skip
+    store_warnings = [w for w in caught if "the tracking store stopped accepting writes" in str(w.message)]
+    assert len(store_warnings) == 1  # one warning, not a traceback per write
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err and "recipes sync" in out.out
+    (journal,) = (workdir / "checkpoints" / "spiral_mlp").glob(f"*/{JOURNAL_NAME}")
+    assert (journal.parent / "last.ckpt").is_file()  # training went on to the end
+    # `recipes sync` is a new command, a new process (this one still holds a connection to the deleted file)
+    first = run_in_new_process(workdir, ["-m", "recipes", "sync"])
+    assert first.returncode == 0 and "recreated from" in first.stdout, first.stderr[-2000:]
+    record = json.loads(run_in_new_process(workdir, ["-c", READ_RECORD]).stdout)
+    assert record["replayed_from"] == journal.parent.name and record["status"] == "FINISHED"
+    assert record["val_acc_steps"] == [21, 43, 65]  # every epoch's validation, those after the store vanished too
+    assert record["total_steps"] == "66"
+    second = run_in_new_process(workdir, ["-m", "recipes", "sync"])
+    assert "0 metric value(s), 0 param(s), 0 tag(s)" in second.stdout  # a second sync writes nothing twice
+
+
+READ_RECORD = """
+import json, mlflow
+client = mlflow.MlflowClient("sqlite:///mlflow.db")
+(run,) = client.search_runs([client.get_experiment_by_name("spiral_mlp").experiment_id])
+print(json.dumps({
+    "replayed_from": run.data.tags.get("loopwise.replayed_from_run"),
+    "status": run.info.status,
+    "val_acc_steps": sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/acc")),
+    "total_steps": run.data.params.get("plan.total_optimizer_steps"),
+}))
+"""
+
+
+def run_in_new_process(workdir, args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_replay_writes_only_what_the_store_lacks(tmp_path):
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    for step in (0, 1):
+        client.log_metric(run_id, "loss", 1.0 / (step + 1), step=step)
+    journal = TrackingJournal(tmp_path / JOURNAL_NAME)
+    for step in range(4):
+        journal.record("metrics", step=step, time=1000 + step, values={"loss": 1.0 / (step + 1)})
+    journal.record("params", values={"lr": "0.1"})
+    journal.record("status", status="FINISHED", time=5000)
+    journal.close()
+    first = replay(read_journal(tmp_path / JOURNAL_NAME), client, run_id)
+    assert (first.metric_values, first.params, first.status) == (2, 1, "FINISHED")
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [0, 1, 2, 3]
+    again = replay(read_journal(tmp_path / JOURNAL_NAME), client, run_id)
+    assert (again.metric_values, again.params, again.status) == (0, 0, None)
+    (tmp_path / JOURNAL_NAME).write_text((tmp_path / JOURNAL_NAME).read_text() + '{"kind": "metr')  # a cut last line
+    assert len(read_journal(tmp_path / JOURNAL_NAME)) == 6
