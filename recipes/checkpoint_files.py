@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from recipes.checkpoint_classes import ForeignClassPath, check_checkpoint_classes
+
 STAMP_KEY = "loopwise"  # checkpoint["loopwise"] = {"mlflow_run_id": ..., "experiment": ...}
 
 FIT_KEYS = ("loops", "optimizer_states", "global_step", "epoch")
@@ -178,16 +180,26 @@ class CheckpointSummary:
 
 
 def inspect_checkpoint(
-    path: str | Path, subcommand: str | None, data_class_path: str | None, loaded: Any = None
+    path: str | Path,
+    subcommand: str | None,
+    data_class_path: str | None,
+    loaded: Any = None,
+    model_config: Any = None,
 ) -> CheckpointSummary:
     """Read ``path`` once, weights only (or take ``loaded``, its content read already when ``best``/``last`` chose
     it), and run every check on it: a Lightning checkpoint (for ``fit`` with the states resuming needs) of this
-    recipe's data module. Returns its weights' shapes, its run stamp and the data settings it was trained with.
+    recipe's data module, whose hyperparameters name no class (no import path) that ``model_config`` (the parsed
+    config's ``model``) does not name at the same place (``checkpoint_classes``: compared as text, nothing imported).
+    Returns its weights' shapes, its run stamp and the data settings it was trained with.
 
     Raises ``CheckpointError`` naming the file and the problem.
     """
     ckpt = check_checkpoint(path, subcommand, loaded)
     check_checkpoint_recipe(path, ckpt, data_class_path)
+    try:
+        check_checkpoint_classes(str(path), ckpt.get("hyper_parameters"), model_config)
+    except ForeignClassPath as err:
+        raise CheckpointError(str(err)) from None
     shapes = {k: v.shape for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}
     saved_data = ckpt.get("datamodule_hyper_parameters")
     data_settings = dict(saved_data) if isinstance(saved_data, dict) else None

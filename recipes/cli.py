@@ -204,7 +204,9 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
     def check_checkpoint(self, cfg: Namespace) -> CheckpointSummary:
         """``--ckpt_path`` resolved (``best``/``last`` among the tracked fit runs on this data, ``run:``,
         ``mlflow:``, a file) and read once, weights only (an unsafe pickle is refused, never run), before any run is
-        made; its weights are compared with the model once that is built (``instantiate_trainer``)."""
+        made and before LightningCLI parses its hyperparameters into the config (``_parse_ckpt_path``, right after
+        this method): the class paths they name must be the config's (compared as text, nothing imported); its
+        weights are compared with the model once that is built (``instantiate_trainer``)."""
         data_now = None if cfg.get("allow_data_change") else data_init_args(cfg)
         try:
             resolved = resolve_checkpoint(
@@ -212,7 +214,9 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
             )
             data = cfg.get("data")
             data_class = data.get("class_path") if isinstance(data, Namespace) else None
-            return inspect_checkpoint(resolved.path, self.config.get("subcommand"), data_class, resolved.loaded)
+            return inspect_checkpoint(
+                resolved.path, self.config.get("subcommand"), data_class, resolved.loaded, cfg.get("model")
+            )
         except (FileNotFoundError, CheckpointError) as err:
             raise RecipeInputError(str(err)) from None
 

@@ -10,7 +10,9 @@ Decisions:
 
 * Metric: ``--metric``, else the monitored metric of the newest listed run that has a ``config.yaml`` artifact
   (``model.init_args.monitor``, else the ``default_monitor`` of ``model.class_path``), else ``val/loss``. The
-  first candidate that any listed run has logged is used.
+  first candidate that any listed run has logged is used. ``config.yaml`` is read as data (``yaml.safe_load``):
+  ``model.class_path`` is compared as text with loopwise's tasks (and ``Task`` subclasses already imported), never
+  imported, so a run's artifact never chooses what code runs.
 * Best = min for names ending in loss/error/mae/mse/rmse/perplexity/ppl, else max; ties go to the earliest step.
   "Last" is the value at the highest step. "best epoch" is the ``epoch`` metric logged at the best step.
 * Params: only those whose values differ between the listed runs (a missing param counts as a value). The table
@@ -120,17 +122,36 @@ def monitor_from_config(client: Any, run_id: str) -> str | None:
     if monitor:
         return str(monitor)
     class_path = model.get("class_path")
-    if not class_path or "." not in class_path:
-        return None
-    module_name, _, class_name = class_path.rpartition(".")
-    try:
-        import importlib
+    return default_monitor_of(class_path) if isinstance(class_path, str) else None
 
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except Exception:
-        return None
-    default = getattr(cls, "default_monitor", None)
-    return str(default) if default else None
+
+def default_monitor_of(class_path: str) -> str | None:
+    """The ``default_monitor`` of the task a run's ``config.yaml`` names, or None.
+
+    A run's artifacts are data: ``class_path`` is compared, as text, with the tasks of ``lightning_modules`` and the
+    other ``Task`` subclasses already imported in this process; nothing it names is ever imported.
+    """
+    from lightning_modules import Task  # noqa: PLC0415  (loopwise's own tasks, slow to import: only when needed)
+
+    for cls in task_classes(Task):
+        names = {f"{cls.__module__}.{cls.__qualname__}"}
+        if cls.__module__.startswith("lightning_modules."):
+            names.add(f"lightning_modules.{cls.__qualname__}")  # the short path the package exports
+        if class_path in names:
+            default = getattr(cls, "default_monitor", None)
+            return str(default) if default else None
+    return None
+
+
+def task_classes(base: type) -> list[type]:
+    """``base`` and its subclasses imported so far, at any depth."""
+    found, pending = [base], list(base.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return found
 
 
 def choose_metric(client: Any, runs: list[Any], requested: str | None) -> str:
