@@ -103,3 +103,28 @@ def test_a_run_killed_before_its_first_checkpoint_is_marked_killed_by_the_next_c
     assert "ended without closing the run" in runs[abandoned.info.run_id].data.tags["loopwise.abandoned"]
     new = next(r for r in runs.values() if r.info.run_id != abandoned.info.run_id)
     assert new.info.status == "FINISHED" and new.data.tags["loopwise.pid"] == str(os.getpid())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.7, 1.5])
+def test_kill_9_at_any_moment_after_a_checkpoint_then_resume_logs_every_step_once(workdir, uninterrupted, delay):
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    fit = subprocess.Popen(
+        [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *SIX_EPOCHS],
+        cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list((workdir / "checkpoints").glob("spiral_mlp/*/last.ckpt")):
+        assert fit.poll() is None and time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.05)
+    time.sleep(delay)
+    fit.send_signal(signal.SIGKILL)
+    fit.wait(timeout=60)
+    run_id = runs_of(workdir, "spiral_mlp")[0].info.run_id
+    main(["fit", "-c", str(SPIRAL), *SIX_EPOCHS, "--ckpt_path", "last"])
+    for key in ("val/acc", "train/loss"):
+        assert history(workdir, run_id, key) == uninterrupted[key]  # every step, each once
