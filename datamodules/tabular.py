@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -14,54 +13,13 @@ from torch.utils.data import Dataset, Sampler
 from datamodules.base import BaseDataModule
 from datamodules.column_encoding import ColumnEncoder, is_numeric_column
 from datamodules.preprocessing import Standardizer
+from datamodules.table_files import read_table, table_format
 from datamodules.tensor_dataset import BatchedTensorDataset
 
 if TYPE_CHECKING:  # pandas is imported when a file is read, not at start-up
     import pandas as pd
 
-FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".pq": "Parquet"}
 NAME = "TabularDataModule"
-
-
-def table_format(path: str | Path) -> str:
-    """``"CSV"`` or ``"Parquet"`` from the file's suffix (.csv, .parquet, .pq); a ValueError for anything else."""
-    kind = FORMATS.get(Path(path).suffix.lower())
-    if kind is None:
-        raise ValueError(
-            f"{NAME}: cannot tell the format of {str(path)!r} from its suffix {Path(path).suffix!r}: use a .csv, "
-            ".parquet or .pq file"
-        )
-    return kind
-
-
-def read_table(path: str | Path) -> "pd.DataFrame":
-    """The whole file as a DataFrame with string column names; clear errors for missing, unreadable, empty files."""
-    kind = table_format(path)
-    file = Path(path).expanduser()
-    if not file.exists():
-        raise FileNotFoundError(f"{NAME}: the data file {str(path)!r} does not exist (resolved: {file.resolve()})")
-    if not file.is_file():
-        raise ValueError(f"{NAME}: {str(path)!r} is not a file")
-    import pandas as pd
-
-    try:
-        if kind == "CSV":
-            # floats must parse exactly as written, so a CSV and a Parquet copy give identical tensors: pandas 3
-            # does by default (and deprecates the option), pandas 2 needs round_trip
-            exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
-            frame = pd.read_csv(file, **exact)
-        else:
-            frame = pd.read_parquet(file)
-    except ImportError:
-        raise
-    except pd.errors.EmptyDataError as err:
-        raise ValueError(f"{NAME}: the data file {str(path)!r} is empty (no header, no rows)") from err
-    except Exception as err:  # parser, encoding and Arrow errors all mean the same thing to the user
-        raise ValueError(f"{NAME}: cannot read {str(path)!r} as {kind}: {type(err).__name__}: {err}") from err
-    if len(frame.columns) == 0 or len(frame) == 0:
-        raise ValueError(f"{NAME}: the data file {str(path)!r} has no data rows (columns: {list(frame.columns)})")
-    frame.columns = [str(c) for c in frame.columns]
-    return frame.reset_index(drop=True)  # rows are positions (a Parquet file may restore a stored index)
 
 
 class TabularDataModule(BaseDataModule):

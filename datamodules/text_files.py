@@ -80,6 +80,12 @@ def _read_csv(path: Path, fields: list[str]) -> list[tuple[int, list[Any]]]:
     with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise ValueError(
+                f"{str(path)!r}: the header names the field(s) {repeated} more than once; rename them so each field "
+                "has its own name"
+            )
         for field in fields:
             if field not in header:
                 raise ValueError(f"{str(path)!r}: the header has no field {field!r}; its fields are {list(header)}")

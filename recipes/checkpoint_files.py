@@ -179,6 +179,23 @@ class CheckpointSummary:
     data_state: dict[str, Any] | None = field(default=None, repr=False)  # its state_dict: encodings, vocabularies
 
 
+def check_finite_weights(path: str | Path, state_dict: dict[str, Any]) -> None:
+    """A checkpoint whose weights hold NaN or inf is refused by every command (it would train or predict NaN)."""
+    bad = []
+    for name, value in state_dict.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            count = int((~torch.isfinite(value)).sum())
+            if count:
+                bad.append((name, count))
+    if bad:
+        first, count = bad[0]
+        more = f" (and {len(bad) - 1} more tensor(s))" if len(bad) > 1 else ""
+        raise CheckpointError(
+            f"--ckpt_path {path}: the weights are not finite: {first} has {count} NaN/inf value(s){more}; use an "
+            "earlier checkpoint (the run's best.ckpt, or one from before the loss diverged)"
+        )
+
+
 def inspect_checkpoint(
     path: str | Path,
     subcommand: str | None,
@@ -200,6 +217,7 @@ def inspect_checkpoint(
         check_checkpoint_classes(str(path), ckpt.get("hyper_parameters"), model_config)
     except ForeignClassPath as err:
         raise CheckpointError(str(err)) from None
+    check_finite_weights(path, ckpt["state_dict"])
     shapes = {k: v.shape for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}
     saved_data = ckpt.get("datamodule_hyper_parameters")
     data_settings = dict(saved_data) if isinstance(saved_data, dict) else None

@@ -39,6 +39,7 @@ from recipes.run_lock import RunLocked, hold_run_lock
 from recipes.run_record import RunRecord
 from recipes.split_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
 from recipes.tracking import TrackingServerUnreachable
+from recipes.trainer_settings import check_trainer_settings
 from recipes.tracking_config import (
     RECIPE_LOGGER_CLASS_PATH,
     configure_tracking,
@@ -178,8 +179,9 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
         if cfg is None:
             return
         try:
+            check_trainer_settings(cfg)
             configure_tracking(cfg)
-        except TrackingServerUnreachable as err:
+        except (TrackingServerUnreachable, ValueError) as err:
             raise RecipeInputError(str(err)) from None
         if cfg.get("ckpt_path"):
             self.checkpoint = self.check_checkpoint(cfg)

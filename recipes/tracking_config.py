@@ -69,7 +69,19 @@ def configure_tracking(cfg: Namespace) -> None:
         return
     if not logger.get("init_args.experiment_name"):
         logger["init_args.experiment_name"] = recipe_name(cfg)
+    check_experiment_name(str(logger["init_args.experiment_name"]))
     check_tracking_server(tracking_uri(cfg))
+
+
+def check_experiment_name(name: str) -> None:
+    """An experiment name is a plain name: it is also a folder under ``--checkpoints_dir``, so a path separator or
+    ``..`` would put checkpoints outside it (``ValueError``)."""
+    if not name.strip() or "/" in name or "\\" in name or ".." in name or name.startswith("."):
+        raise ValueError(
+            f"the experiment name {name!r} is not a plain name (no '/', '\\', '..' or leading '.'): it names the "
+            "folder of the run's checkpoints under --checkpoints_dir; name the recipe file or "
+            "--trainer.logger.init_args.experiment_name plainly, e.g. 'churn_v2'"
+        )
 
 
 def prepare_tracking(cfg: Namespace) -> None:

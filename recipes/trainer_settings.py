@@ -1,0 +1,26 @@
+"""Trainer settings that Lightning accepts but that make a recipe do nothing, or not what it says."""
+
+from __future__ import annotations
+
+from jsonargparse import Namespace
+
+
+def check_trainer_settings(cfg: Namespace) -> None:
+    """``ValueError`` naming the setting for ``max_epochs`` 0 or below -1 (-1 is Lightning's "no limit") and a
+    ``gradient_clip_val`` of 0 or less (no clipping is ``null``, a negative value is meaningless)."""
+    trainer = cfg.get("trainer") or Namespace()
+    max_epochs = trainer.get("max_epochs")
+    if max_epochs is not None and (max_epochs == 0 or max_epochs < -1):
+        raise ValueError(
+            f"trainer.max_epochs is {max_epochs}: it must be at least 1, or -1 for no limit (then set "
+            "trainer.max_steps or a stop); 0 would train nothing"
+        )
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None and clip <= 0:
+        raise ValueError(
+            f"trainer.gradient_clip_val is {clip}: a clip value must be > 0 (e.g. 1.0); leave it out (null) for no "
+            "clipping"
+        )
+
+
+__all__ = ["check_trainer_settings"]
