@@ -87,16 +87,18 @@ def _experiments(client: Any, name: str | None) -> list[Any]:
     return list(client.search_experiments())
 
 
-def _search_runs(client: Any, experiments: list[Any], stage: str, max_runs: int) -> list[Any]:
+def _search_runs(client: Any, experiments: list[Any], stage: str, max_runs: int) -> tuple[list[Any], int]:
+    """The newest ``max_runs`` matching runs, and how many more match (left out)."""
     filter_string = "" if stage == "all" else f"tags.\"{STAGE_TAG}\" = '{stage}'"
-    return list(
-        client.search_runs(
-            [e.experiment_id for e in experiments],
-            filter_string=filter_string,
-            max_results=max_runs,
-            order_by=["attributes.start_time DESC"],
-        )
-    )
+    ids = [e.experiment_id for e in experiments]
+    order = ["attributes.start_time DESC"]
+    page = client.search_runs(ids, filter_string=filter_string, max_results=max_runs, order_by=order)
+    left_out, token = 0, page.token
+    while token:  # count the rest, a page at a time
+        more = client.search_runs(ids, filter_string=filter_string, max_results=1000, page_token=token)
+        left_out += len(more)
+        token = more.token
+    return list(page), left_out
 
 
 def monitor_from_config(client: Any, run_id: str) -> str | None:
@@ -350,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         with fast_http_failures(uri):
             client = MlflowClient(tracking_uri=uri)
             experiments = _experiments(client, args.experiment)
-            runs = _search_runs(client, experiments, args.stage, args.max_runs) if experiments else []
+            runs, left_out = _search_runs(client, experiments, args.stage, args.max_runs) if experiments else ([], 0)
             if not runs:
                 where = f"experiment {args.experiment!r}" if args.experiment else "any experiment"
                 stage = "" if args.stage == "all" else f" with stage {args.stage!r} (try --stage all)"
@@ -366,6 +368,12 @@ def main(argv: list[str] | None = None) -> int:
             first = first[:297] + "..."
         return _error(f"cannot read the tracking store at {uri}: {first}")
 
+    if left_out:
+        print(
+            f"compare: showing the newest {len(runs)} of {len(runs) + left_out} matching runs; {left_out} left out "
+            f"(--max-runs {args.max_runs})",
+            file=sys.stderr,
+        )
     if args.format == "csv":
         text = format_csv(rows)
     elif args.format == "json":

@@ -117,7 +117,10 @@ def test_stage_filter(in_store, capsys):
     assert main(["--stage", "test"]) == 2
     assert "no runs" in capsys.readouterr().err
     assert len(_json(capsys, "--stage", "all")) == 3
-    assert len(_json(capsys, "--max-runs", "1")) == 1
+    assert main(["--format", "json", "--max-runs", "1"]) == 0
+    out = capsys.readouterr()
+    assert len(json.loads(out.out)) == 1  # valid JSON on stdout; the note goes to stderr
+    assert "showing the newest 1 of 3 matching runs; 2 left out (--max-runs 1)" in out.err
 
 
 def test_unknown_experiment_and_metric_exit_2(in_store, capsys):
