@@ -88,3 +88,59 @@ def test_replay_writes_only_what_the_store_lacks(tmp_path):
     assert (again.metric_values, again.params, again.status) == (0, 0, None)
     (tmp_path / JOURNAL_NAME).write_text((tmp_path / JOURNAL_NAME).read_text() + '{"kind": "metr')  # a cut last line
     assert len(read_journal(tmp_path / JOURNAL_NAME)) == 6
+
+
+READ_ONLY_METHODS = ("log_batch", "set_tag", "log_param", "update_run_info", "set_terminated")
+
+
+class StoreTurnsReadOnlyAfterFirstEpoch(Callback):
+    """From the end of the first epoch on, the SQL store refuses every write as a read-only SQLite file does (a chmod
+    cannot show it here: the tests may run as root, which file modes do not stop)."""
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch != 0:
+            return
+        from mlflow.exceptions import MlflowException
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        def refuse(*args, **kwargs):
+            raise MlflowException("(sqlite3.OperationalError) attempt to write a readonly database")
+
+        for name in READ_ONLY_METHODS:
+            if hasattr(SqlAlchemyStore, name):
+                setattr(SqlAlchemyStore, f"_writable_{name}", getattr(SqlAlchemyStore, name))
+                setattr(SqlAlchemyStore, name, refuse)
+
+
+def make_writable_again() -> None:
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for name in READ_ONLY_METHODS:
+        original = getattr(SqlAlchemyStore, f"_writable_{name}", None)
+        if original is not None:
+            setattr(SqlAlchemyStore, name, original)
+            delattr(SqlAlchemyStore, f"_writable_{name}")
+
+
+@pytest.mark.slow
+def test_a_store_that_turns_read_only_then_works_again_gets_the_same_run_complete(workdir, capsys):
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3", "--mlflow_model", "false",
+                  "--trainer.callbacks+=tests.test_store_failures.StoreTurnsReadOnlyAfterFirstEpoch"])  # fmt: skip
+    finally:
+        make_writable_again()  # the user fixed the file's permissions
+    assert len([w for w in caught if "stopped accepting writes" in str(w.message)]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+    client = mlflow.MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("spiral_mlp").experiment_id])
+    assert run.info.status == "RUNNING"  # the end of the run could not be written
+    assert "doctor.findings" not in run.data.tags  # nor the doctor's verdict, set at the end
+    with pytest.raises(SystemExit) as exc:
+        main(["sync"])
+    assert exc.value.code == 0
+    run = client.get_run(run.info.run_id)  # the same run, completed
+    assert run.info.status == "FINISHED" and "loopwise.replayed_from_run" not in run.data.tags
+    assert run.data.tags["doctor.findings"] == "none"
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/acc")) == [21, 43, 65]
