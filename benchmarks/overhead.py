@@ -9,6 +9,10 @@ Variants, each a fresh model from the same seed on the same data, optimizer (Ada
 
   limit    a plain loop over batches sliced once before training (the compute limit)
   seeds    the seeds' loop: DataLoader(TensorDataset, shuffle=True), zero_grad, forward, loss, backward, clip, step
+  bare     bare Lightning: a minimal LightningModule with the same MLP, optimizer groups, per-step schedule and
+           ``gradient_clip_val=1.0`` on the same data module's loader; ``logger=False``, no checkpointing, progress
+           bar, model summary, validation or callbacks (only the timer). recipe / bare is the headline: what loopwise
+           adds per step on top of Lightning
   recipe   ``recipes fit`` in this process (``recipes.cli.main``) with MLflow logging on, the plan, the loop doctor,
            checkpoints and validation, as a user runs it
   nodoctor the recipe with the loop doctor's per-step checks off (non_finite, grad_norm, data_wait, mode): what
@@ -40,7 +44,7 @@ from typing import Any, Callable
 from _common import (REPO, LoopTimer, clock, in_directory, machine, median, quiet, set_clock, set_threads,
                      synchronize, throughput)
 
-TARGETS = {"spiral": {"limit": 0.8, "seeds": 1.0}, "mlp784": {"limit": 0.95, "seeds": 1.0}}
+TARGETS = {"spiral": {"bare": 0.90, "limit": 0.8, "seeds": 1.0}, "mlp784": {"bare": 0.97, "limit": 0.95, "seeds": 1.0}}
 
 
 @dataclass
@@ -193,6 +197,47 @@ def run_seeds(work: Workload, epochs: int,
     return out
 
 
+def run_bare(work: Workload, epochs: int) -> list[tuple[int, float, int, int]]:
+    """Bare Lightning on the recipe's loader: the least a LightningModule does for the same training."""
+    import lightning.pytorch as pl
+    import torch.nn.functional as F
+
+    from _common import LoopTimer
+
+    dm = work.make_data()
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    model, optimizer, scheduler = build(work, len(loader), epochs)
+
+    class Bare(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            inputs, targets = batch
+            return F.cross_entropy(self.model(inputs), targets)
+
+        def configure_optimizers(self) -> Any:
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    trainer = pl.Trainer(
+        max_epochs=epochs, gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+        callbacks=[LoopTimer()], deterministic=True, accelerator="cpu" if not _cuda() else "auto",
+    )
+    LoopTimer.reset()
+    with quiet():
+        trainer.fit(Bare(), train_dataloaders=loader)
+    return list(LoopTimer.epochs)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 # --- the recipe -------------------------------------------------------------------------------------------------
 NO_DOCTOR = ["--loop_doctor.non_finite", "false", "--loop_doctor.grad_norm", "false",
              "--loop_doctor.data_wait", "false", "--loop_doctor.mode_check", "false"]
@@ -242,6 +287,8 @@ def measure(names: list[str], repeats: int, epochs: int, quick: bool, root: Path
                     epochs_run = run_limit(work, epochs)
                 elif variant == "seeds":
                     epochs_run = run_seeds(work, epochs)
+                elif variant == "bare":
+                    epochs_run = run_bare(work, epochs)
                 else:
                     extra = {"nodoctor": NO_DOCTOR, "nomlflow": ["--trainer.logger", "false"]}.get(variant)
                     epochs_run = run_recipe(work, epochs, root / f"{name}-{variant}-{rep}", extra)
@@ -263,7 +310,7 @@ def report(results: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
     print()
     for name, by_variant in results.items():
         recipe = median(by_variant.get("recipe", []))
-        for base in ("limit", "seeds"):
+        for base in ("bare", "limit", "seeds"):
             if base not in by_variant or "recipe" not in by_variant:
                 continue
             ratio = recipe / median(by_variant[base])
@@ -299,8 +346,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", choices=["spiral", "mlp784"], default=["spiral", "mlp784"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (the first is not timed)")
-    parser.add_argument("--variants", nargs="+", choices=["limit", "seeds", "recipe", "nodoctor", "nomlflow"],
-                        default=["limit", "seeds", "recipe", "nodoctor"])
+    parser.add_argument("--variants", nargs="+",
+                        choices=["limit", "seeds", "bare", "recipe", "nodoctor", "nomlflow"],
+                        default=["limit", "seeds", "bare", "recipe", "nodoctor"])
     parser.add_argument("--quick", action="store_true", help="1 repetition, 3 epochs, 2,000 samples for the MLP")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one recipe run per model")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")

@@ -35,14 +35,15 @@ def bench(monkeypatch, workdir):
 def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
     overhead = bench("overhead.py")
     out_json = tmp_path / "overhead.json"
-    overhead.main(["--quick", "--models", "spiral", "--epochs", "2", "--variants", "limit", "seeds", "recipe",
-                   "--json", str(out_json)])
+    overhead.main(["--quick", "--models", "spiral", "--epochs", "2", "--variants", "limit", "seeds", "bare",
+                   "recipe", "--json", str(out_json)])
     out = capsys.readouterr().out
     assert "spiral: recipe / limit = " in out and "spiral: recipe / seeds = " in out
+    assert "spiral: recipe / bare = " in out  # the headline: what loopwise adds on top of Lightning
     data = json.loads(out_json.read_text())
-    assert {r["ratio"] for r in data["rows"]} == {"recipe / limit", "recipe / seeds"}
+    assert {r["ratio"] for r in data["rows"]} == {"recipe / bare", "recipe / limit", "recipe / seeds"}
     rates = data["samples_per_s"]["spiral"]
-    assert set(rates) == {"limit", "seeds", "recipe"} and all(r > 0 for r in rates.values())
+    assert set(rates) == {"limit", "seeds", "bare", "recipe"} and all(r > 0 for r in rates.values())
 
 
 def test_the_three_loops_train_the_same_thing(bench):
