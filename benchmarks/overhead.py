@@ -221,13 +221,13 @@ def run_bare(work: Workload, epochs: int) -> list[tuple[int, float, int, int]]:
         def configure_optimizers(self) -> Any:
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    trainer = pl.Trainer(
-        max_epochs=epochs, gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
-        callbacks=[LoopTimer()], deterministic=True, accelerator="cpu" if not _cuda() else "auto",
-    )
     LoopTimer.reset()
     with quiet():
+        trainer = pl.Trainer(
+            max_epochs=epochs, gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+            callbacks=[LoopTimer()], deterministic=True, accelerator="cpu" if not _cuda() else "auto",
+        )
         trainer.fit(Bare(), train_dataloaders=loader)
     return list(LoopTimer.epochs)
 
