@@ -43,6 +43,7 @@ PRIVATE_NAMES: dict[str, str] = {
     "stop_after_this_batch": "Trainer._signal_connector.received_sigterm",
     "can_stop_after_this_batch": "Trainer._signal_connector",
     "epoch_batches_done": "fit_loop.epoch_loop._num_ready_batches_reached()",
+    "is_logging_step": "Trainer._logger_connector.should_update_logs",
     "time_train_fetches": "fit_loop.epoch_loop._on_before_fetch / _on_after_fetch (profiler hooks around a fetch)",
     "strategy_checkpoint_io_is_set": "Strategy._checkpoint_io",
     "SubcommandErrorHook": "LightningCLI._run_subcommand",
@@ -96,6 +97,13 @@ def epoch_batches_done(trainer: Any) -> bool:
     """Whether the fit loop's epoch loop has fetched ("readied") every batch of the current epoch: true from the
     ``on_train_batch_start`` of the epoch's last batch on, through its end-of-epoch validation."""
     return bool(trainer.fit_loop.epoch_loop._num_ready_batches_reached())
+
+
+def is_logging_step(trainer: Any) -> bool:
+    """Whether the training batch in progress is one whose step-level values Lightning writes to the loggers (every
+    ``log_every_n_steps`` optimizer steps, when the run is stopping, and every step of ``fast_dev_run``). The same
+    answer from ``on_train_batch_start`` through ``on_train_batch_end`` of that batch."""
+    return bool(trainer._logger_connector.should_update_logs) or bool(trainer.fast_dev_run)
 
 
 def time_train_fetches(trainer: Any, before: Callable[[], None], after: Callable[[], None]) -> bool:

@@ -20,7 +20,15 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
-from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place
+from lightning_modules.compat import (
+    attached_trainer,
+    built_from_config,
+    epoch_batches_done,
+    is_compiled_in_place,
+    is_logging_step,
+)
+from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
+from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
 from lightning_modules.optim import Constant, Schedule, fused_if_cuda, param_groups, total_optimizer_steps
 
 STAGES = ("train", "val", "test")
@@ -107,6 +115,12 @@ class Task(LightningModule):
 
     On CUDA the optimizer is built with ``fused=True`` when its class supports it and the config leaves ``fused``
     and ``foreach`` unset (``optimizer.init_args.fused: false`` keeps the default implementation).
+
+    A training step reads nothing back to the host: ``train/loss`` is handed to Lightning only on the steps whose
+    values reach the loggers (every ``log_every_n_steps``), on the last batch of each epoch and on the run's last
+    step, so the logged values, the progress bar at those steps and the epoch line are those of a per-step
+    ``self.log``; the train metrics' inputs are kept on the device and applied in one update at those steps
+    (``DeferredMetricUpdates``). Clipping by norm keeps the norm it measures in ``gradient_norm``.
     """
 
     default_monitor: str = "val/loss"
@@ -149,6 +163,10 @@ class Task(LightningModule):
             # split cost about as much as a small network's forward pass. Validation and test keep them.
             if hasattr(metric, "validate_args"):
                 metric.validate_args = False
+        self.train_updates = DeferredMetricUpdates(self.train_metrics, self._train_metric_inputs)
+        #: total gradient norm before clipping of the last optimizer step (0-d tensor on the device), measured by
+        #: ``configure_gradient_clipping`` when it clips by norm; ``None`` otherwise
+        self.gradient_norm: Tensor | None = None
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         eval_only = self.build_eval_metrics()
@@ -286,17 +304,16 @@ class Task(LightningModule):
     def _shared_step(self, batch: Any, stage: str, batch_idx: int | None = None) -> StepOutput:
         out = self.forward_batch(batch)
         metrics: MetricCollection = getattr(self, f"{stage}_metrics")
-        metrics.update(*self.metric_inputs(out))
-        on_step = stage == "train"
-        self.log(
-            f"{stage}/loss",
-            out.loss.detach(),
-            on_step=on_step,
-            on_epoch=not on_step,
-            prog_bar=True,
-            batch_size=out.batch_size,
-            sync_dist=not on_step,
-        )
+        if stage == "train":
+            self.train_updates.add(out.outputs, out.targets)
+            if self._train_values_read_now():
+                self.train_updates.flush()
+                self.log("train/loss", out.loss.detach(), on_step=True, on_epoch=False, prog_bar=True,
+                         batch_size=out.batch_size)
+        else:
+            metrics.update(*self.metric_inputs(out))
+            self.log(f"{stage}/loss", out.loss.detach(), on_step=False, on_epoch=True, prog_bar=True,
+                     batch_size=out.batch_size, sync_dist=True)
         if batch_idx == 0 or not self._metrics_logged.get(stage):
             # The metric objects are updated every step but handed to self.log once per epoch: Lightning keeps the
             # reference, computes and resets them at the epoch's end as usual, and skips its per-call bookkeeping
@@ -308,8 +325,34 @@ class Task(LightningModule):
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
 
+    def _train_metric_inputs(self, outputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        return self.metric_inputs(StepOutput(outputs.new_zeros(()), outputs, targets, len(outputs)))
+
+    def _train_values_read_now(self) -> bool:
+        """Whether this training step's values are read: Lightning writes step values to the loggers (a logging
+        step), or the epoch or the run ends after it (the epoch line, callbacks and loggers read the epoch's metrics
+        then). Always true outside a Trainer's fit loop."""
+        trainer = attached_trainer(self)
+        if trainer is None or not trainer.training:
+            return True
+        if is_logging_step(trainer) or epoch_batches_done(trainer) or trainer.should_stop:
+            return True
+        return 0 <= trainer.max_steps <= trainer.global_step + 1
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.trainer.should_stop:  # set during this batch (a signal, a callback): the epoch ends here
+            self.train_updates.flush()
+
+    def on_validation_end(self) -> None:
+        if self.trainer.state.fn == "fit" and self.trainer.should_stop:  # early stopping after a mid-epoch validation
+            self.train_updates.flush()
+
+    def on_train_epoch_end(self) -> None:
+        self.train_updates.flush()
+
     def on_train_epoch_start(self) -> None:
         self._metrics_logged["train"] = False
+        self.train_updates.clear()  # steps of an epoch that ended without its end-of-epoch hooks (an exception)
 
     def on_validation_epoch_start(self) -> None:
         self._metrics_logged["val"] = False
@@ -325,6 +368,28 @@ class Task(LightningModule):
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._shared_step(batch, "test", batch_idx)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip as Lightning does; clipping by norm keeps the total norm before clipping in ``gradient_norm`` (the
+        loop doctor reads it instead of measuring every gradient a second time)."""
+        self.gradient_norm = None
+        if clips_by_norm_the_default_way(self.trainer, gradient_clip_val, gradient_clip_algorithm):
+            self.gradient_norm = clip_by_norm_measured(self.trainer, optimizer, float(gradient_clip_val or 0))
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def clipping_measures_gradient_norm(self) -> bool:
+        """Whether this task's clipping will measure the total gradient norm of the coming optimizer step (kept in
+        ``gradient_norm``): clipping by norm the default way, and ``configure_gradient_clipping`` not overridden."""
+        trainer = attached_trainer(self)
+        if trainer is None or type(self).configure_gradient_clipping is not Task.configure_gradient_clipping:
+            return False
+        return clips_by_norm_the_default_way(trainer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
 
     def configure_optimizers(self) -> Any:
         optimizer = fused_if_cuda(self.optimizer(param_groups(self)))

@@ -155,6 +155,39 @@ def test_epoch_batches_done_after_the_last_batch(tmp_path: Path) -> None:
     )
 
 
+@probes("is_logging_step")
+def test_is_logging_step_matches_the_steps_lightning_logs(tmp_path: Path) -> None:
+    seen, logged = [], []
+
+    class Watch(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            seen.append(compat.is_logging_step(trainer))
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            assert compat.is_logging_step(trainer) == seen[-1], upgrade_message("is_logging_step")
+
+    class Recorder(lightning.pytorch.loggers.Logger):
+        name, version = "recorder", "0"
+
+        def log_hyperparams(self, params, *args, **kwargs) -> None:
+            pass
+
+        def log_metrics(self, metrics, step=None) -> None:
+            if "loss" in metrics:
+                logged.append(step)
+
+    class Logs(BoringModel):
+        def training_step(self, batch, batch_idx):
+            out = super().training_step(batch, batch_idx)
+            self.log("loss", out["loss"], on_step=True, on_epoch=False)
+            return out
+
+    trainer = tiny_trainer(tmp_path, callbacks=[Watch()], logger=Recorder(), log_every_n_steps=3, max_epochs=2,
+                           num_sanity_val_steps=0)
+    trainer.fit(Logs())
+    assert [i for i, flag in enumerate(seen) if flag] == logged == [2, 5], upgrade_message("is_logging_step")
+
+
 @probes("time_train_fetches")
 def test_time_train_fetches_brackets_every_fetch(tmp_path: Path) -> None:
     calls = []

@@ -1,89 +1,292 @@
-"""The training step in progress, as the per-step checks read it: batch, batch index, loss and gradient norm.
+"""The training steps as the per-step checks read them: kept on the device, read back a few steps at a time.
 
-``LoopDoctor`` records it once for all its checks (one ``loss.detach()``, one gradient norm and one host-device sync
-per step however many checks read them); a check used on its own records its own (``StepCheck``).
+Reading a value back to the host (``float(loss)``, ``bool(torch.isfinite(...))``) makes the CPU wait for the GPU
+to finish all queued work, so the host can no longer run ahead. ``CurrentStep`` therefore keeps, for every training
+batch, only device tensors and plain Python facts: the loss (detached), which rows of the batch's floating-point
+inputs hold NaN/inf (one flag per row), and the total gradient norm before clipping (the one the task's clipping
+measured, or measured here once where nothing else does). Nothing is read per step.
+
+The kept steps are read, in one host-device transfer, at these moments (``READ_HOOKS``), and handed in order to the
+checks that subscribed (``StepReader``):
+
+- before the optimizer step of a logging step (every ``log_every_n_steps``), of the epoch's last batch and of the
+  run's last step: a non-finite step found then has not been applied yet;
+- at the start of each validation during fit, at the end of each epoch and of training;
+- before every checkpoint save: a non-finite step is always found before weights it touched are written.
+
+``LoopDoctor`` records the steps once for all its checks; a check used on its own records its own (``StepCheck``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from lightning_modules.compat import epoch_batches_done, is_logging_step
+from lightning_modules.task import split_batch
 from recipes.doctor.base import DoctorCheck, DoctorPart
 from recipes.doctor.findings import FindingsReporter
 
-BATCH_HOOKS = ("on_train_batch_start", "on_before_backward", "on_train_batch_end")
+# the hooks at which the kept steps are read (besides the optimizer step of a logging step, see ``CurrentStep``)
+READ_HOOKS = ("on_validation_start", "on_train_epoch_end", "on_train_end", "on_save_checkpoint")
+# every hook ``CurrentStep`` records or reads in
+STEP_HOOKS = (
+    "on_train_batch_start",
+    "on_before_backward",
+    "on_before_optimizer_step",
+    "on_train_batch_end",
+    *READ_HOOKS,
+)
 
 
-def total_gradient_norm(optimizer: torch.optim.Optimizer) -> float | None:
-    """The 2-norm of all gradients of ``optimizer``'s parameters (one host-device sync); ``None`` without gradients."""
+def total_gradient_norm(optimizer: torch.optim.Optimizer) -> Tensor | None:
+    """The 2-norm of all gradients of ``optimizer``'s parameters, as a 0-d tensor on their device (nothing is read
+    back to the host); ``None`` without gradients."""
     grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     if not grads:
         return None
     if hasattr(torch.nn.utils, "get_total_norm"):
-        total = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-    else:  # pragma: no cover - torch < 2.6
-        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
-    return float(total)
+        return torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))  # torch < 2.6
+
+
+def input_tensors(inputs: Any) -> list[Tensor]:
+    """The tensors of a batch's inputs (a tensor, a mapping or a sequence of them)."""
+    if isinstance(inputs, Tensor):
+        return [inputs]
+    if isinstance(inputs, Mapping):
+        return [v for v in inputs.values() if isinstance(v, Tensor)]
+    if isinstance(inputs, (tuple, list)):
+        return [v for v in inputs if isinstance(v, Tensor)]
+    return []
+
+
+def nonfinite_row_flags(inputs: Any) -> Tensor | None:
+    """One flag per row (first dimension) of the batch: whether a floating-point input tensor holds NaN/inf in that
+    row. A device tensor, nothing read back; ``None`` when the inputs have no floating-point tensor."""
+    flags: Tensor | None = None
+    for t in input_tensors(inputs):
+        if not (t.is_floating_point() and t.ndim >= 1 and t.numel()):
+            continue
+        bad = ~torch.isfinite(t.detach().reshape(t.shape[0], -1)).all(dim=1)
+        if flags is None:
+            flags = bad
+        elif flags.shape == bad.shape and flags.device == bad.device:
+            flags = flags | bad
+    return flags
+
+
+@dataclass(eq=False)
+class KeptStep:
+    """One training batch as kept on the device until the next read."""
+
+    global_step: int
+    epoch: int
+    batch_idx: int
+    loss: Tensor | None = None
+    loss_scaled: bool = False  # the fp16 GradScaler's scaled loss (seen in on_before_backward)
+    bad_rows: Tensor | None = None
+    gradient_norm: Tensor | None = None
+    norm_from_module: bool = False  # the task's clipping measures it: taken from the module at the batch's end
+    read: bool = False  # handed to the readers already
+
+
+@dataclass(frozen=True)
+class ReadStep:
+    """One training batch as read back to the host.
+
+    ``applied``: the optimizer step of this batch has already run (the step was read after it); ``bad_rows``: the
+    rows of the batch's inputs holding NaN/inf (read only for the non-finite step); ``loss_scaled``: ``loss`` is the
+    fp16 GradScaler's scaled loss."""
+
+    global_step: int
+    epoch: int
+    batch_idx: int
+    loss: float | None
+    gradient_norm: float | None
+    applied: bool
+    loss_scaled: bool = False
+    bad_rows: list[int] = field(default_factory=list)
+
+
+class StepReader:
+    """What a check that reads training steps implements; ``read_order`` orders the readers of one read (lower
+    first): the gradient-norm series, then the initial loss, then the non-finite guard, which may stop the run."""
+
+    read_order: ClassVar[int] = 0
+
+    def read_steps(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps: list[ReadStep], bad: ReadStep | None
+    ) -> None:
+        """``steps``: the batches read now, in order, up to (not including) ``bad``, the first batch whose loss or
+        gradient norm is NaN/inf (``None`` when there is none)."""
+
+    def before_checkpoint_save(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Called after the read that precedes every checkpoint save; raise to refuse the save."""
 
 
 class CurrentStep(DoctorPart):
-    """Records the training step in progress for the checks that read it.
+    """Keeps the training steps on the device and hands them to its readers a few steps at a time.
 
     Args:
-        record_batch: Keep the batch (until the batch ends), its index and its loss (detached, from
-            ``on_before_backward``; ``None`` until the backward pass).
-        measure_gradients: Compute the total gradient norm before each optimizer step (before clipping), in
-            ``gradient_norm`` (``None`` when no parameter has a gradient).
+        record_batch: Keep each batch's loss (detached) and the rows of its inputs that hold NaN/inf.
+        measure_gradients: Keep the total gradient norm before clipping of every optimizer step: the one the task's
+            clipping by norm measures (``Task.gradient_norm``), or measured here where nothing else measures it.
     """
 
     def __init__(self, record_batch: bool = True, measure_gradients: bool = True) -> None:
         self.record_batch = record_batch
         self.measure_gradients = measure_gradients
+        self.readers: list[StepReader] = []
         super().__init__()
 
     def reset(self) -> None:
-        self.batch: Any = None
-        self.batch_idx = -1
-        self.loss: Tensor | None = None
-        self.gradient_norm: float | None = None
+        self.kept: list[KeptStep] = []
+        self.current: KeptStep | None = None
+        self.reads = 0  # host reads so far (for tests and benchmarks)
+
+    def subscribe(self, reader: StepReader) -> None:
+        """Hand every read to ``reader`` too (readers are called in ``read_order``)."""
+        if reader not in self.readers:
+            self.readers.append(reader)
+            self.readers.sort(key=lambda r: r.read_order)
 
     def hooks(self) -> tuple[str, ...]:
-        needed = (BATCH_HOOKS if self.record_batch else ()) + (
-            ("on_before_optimizer_step",) if self.measure_gradients else ()
-        )
-        return tuple(name for name in super().hooks() if name in needed)
+        if not (self.record_batch or self.measure_gradients):
+            return ()
+        return tuple(name for name in STEP_HOOKS if self.record_batch or name != "on_before_backward")
 
+    # --- recording (no host reads) --------------------------------------------------------------------------------
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self.batch = batch
-        self.batch_idx = batch_idx
-        self.loss = None
+        step = KeptStep(trainer.global_step, trainer.current_epoch, batch_idx)
+        if self.record_batch:
+            try:
+                inputs, _ = split_batch(batch)
+            except ValueError:
+                inputs = None
+            step.bad_rows = nonfinite_row_flags(inputs)
+        self.current = step
+        self.kept.append(step)
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
-        self.loss = loss.detach()
-
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self.batch = None
+        if self.current is not None:
+            self.current.loss = loss.detach()
+            self.current.loss_scaled = getattr(trainer.precision_plugin, "scaler", None) is not None
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        self.gradient_norm = total_gradient_norm(optimizer)
+        step = self.current
+        read_now = self.reads_before_this_update(trainer)
+        if step is not None and self.measure_gradients:
+            measured_later = getattr(pl_module, "clipping_measures_gradient_norm", None)
+            if not read_now and callable(measured_later) and measured_later():
+                step.norm_from_module = True
+            else:
+                step.gradient_norm = total_gradient_norm(optimizer)
+        if read_now:
+            self.read(trainer, pl_module)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        step, self.current = self.current, None
+        if step is None or step.read:
+            return
+        if step.norm_from_module:
+            step.gradient_norm = getattr(pl_module, "gradient_norm", None)
+            step.norm_from_module = False
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if self.record_batch and isinstance(loss, Tensor):
+            step.loss, step.loss_scaled = loss.detach(), False  # the step's loss before any GradScaler scaling
+
+    @staticmethod
+    def reads_before_this_update(trainer: pl.Trainer) -> bool:
+        """Whether the kept steps are read before this optimizer step: a logging step, the epoch's last batch, a run
+        that stops, or the run's last step."""
+        if is_logging_step(trainer) or epoch_batches_done(trainer) or trainer.should_stop:
+            return True
+        return 0 <= trainer.max_steps <= trainer.global_step + 1
+
+    # --- reading ------------------------------------------------------------------------------------------------
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self.read(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.read(trainer, pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.read(trainer, pl_module)
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self.read(trainer, pl_module)
+        for reader in self.readers:
+            reader.before_checkpoint_save(trainer, pl_module)
+
+    def read(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Read the kept steps back to the host (one transfer) and hand them to the readers."""
+        kept, self.kept = self.kept, []
+        if not kept:
+            return
+        self.reads += 1
+        for step in kept:
+            step.read = True
+        values = read_values(kept)
+        scaler = getattr(trainer.precision_plugin, "scaler", None) is not None
+        steps: list[ReadStep] = []
+        bad: ReadStep | None = None
+        for step, (loss, norm) in zip(kept, values):
+            applied = step.global_step < trainer.global_step
+            read = ReadStep(step.global_step, step.epoch, step.batch_idx, loss, norm, applied, step.loss_scaled)
+            loss_bad = loss is not None and not math.isfinite(loss)
+            norm_bad = norm is not None and not math.isfinite(norm) and not scaler  # fp16: the GradScaler skips the step
+            if loss_bad or norm_bad:
+                rows = torch.nonzero(step.bad_rows).flatten().tolist() if step.bad_rows is not None else []
+                bad = ReadStep(read.global_step, read.epoch, read.batch_idx, loss, norm, applied, step.loss_scaled,
+                               rows)
+                break
+            steps.append(read)
+        for reader in self.readers:
+            reader.read_steps(trainer, pl_module, steps, bad)
 
 
-class StepCheck(DoctorCheck):
-    """A check that reads the ``CurrentStep``: the shared one inside ``LoopDoctor``, or one of its own when used
-    alone (then this check forwards the recording hooks to it; ``needs_batch``/``needs_gradients`` say which).
+def read_values(kept: list[KeptStep]) -> list[tuple[float | None, float | None]]:
+    """(mean loss, gradient norm) of each kept step, read back to the host in one transfer."""
+    tensors: list[Tensor] = []
+    slots: list[tuple[int | None, int | None]] = []
+    for step in kept:
+        loss_slot = norm_slot = None
+        if step.loss is not None:
+            loss_slot = len(tensors)
+            tensors.append(step.loss.detach().double().mean())
+        if step.gradient_norm is not None:
+            norm_slot = len(tensors)
+            tensors.append(step.gradient_norm.detach().double().reshape(()))
+        slots.append((loss_slot, norm_slot))
+    if not tensors:
+        return [(None, None)] * len(kept)
+    device = tensors[0].device
+    flat = torch.stack([t.to(device) for t in tensors]).tolist()
+    return [
+        (None if a is None else flat[a], None if b is None else flat[b]) for a, b in slots
+    ]
 
-    The batch hooks of this class only record: a subclass reads the step and does not override them.
-    """
+
+class StepCheck(DoctorCheck, StepReader):
+    """A check that reads the kept training steps: from the shared ``CurrentStep`` inside ``LoopDoctor``, or from
+    one of its own when used alone (then this check forwards the recording and reading hooks to it;
+    ``needs_batch``/``needs_gradients`` say what it keeps). A subclass implements ``read_steps``."""
 
     needs_batch = False
     needs_gradients = False
@@ -91,6 +294,7 @@ class StepCheck(DoctorCheck):
     def __init__(self, reporter: FindingsReporter | None = None, step: CurrentStep | None = None) -> None:
         self.records_step = step is None
         self.step = step if step is not None else CurrentStep(self.needs_batch, self.needs_gradients)
+        self.step.subscribe(self)
         super().__init__(reporter)
 
     def reset(self) -> None:
@@ -99,32 +303,62 @@ class StepCheck(DoctorCheck):
 
     def hooks(self) -> tuple[str, ...]:
         names = super().hooks()
-        if self.records_step and self.needs_batch:
-            return names
-        return tuple(name for name in names if name not in BATCH_HOOKS)
+        if self.records_step:
+            return tuple(dict.fromkeys(names + self.step.hooks()))
+        # shared step: only the hooks a subclass defines itself, not the forwarding ones below
+        return tuple(name for name in names if getattr(type(self), name) is not getattr(StepCheck, name, None))
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self.records_step and self.needs_batch:
+        if self.records_step:
             self.step.on_train_batch_start(trainer, pl_module, batch, batch_idx)
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
-        if self.records_step and self.needs_batch:
+        if self.records_step:
             self.step.on_before_backward(trainer, pl_module, loss)
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        if self.records_step:
+            self.step.on_before_optimizer_step(trainer, pl_module, optimizer)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.records_step and self.needs_batch:
+        if self.records_step:
             self.step.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
-    def measure_gradients(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> float | None:
-        """The step's total gradient norm: measured now by a check used alone, read from the shared step otherwise
-        (measured by ``CurrentStep``, which ``LoopDoctor`` calls first)."""
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.records_step:
-            self.step.on_before_optimizer_step(trainer, pl_module, optimizer)
-        return self.step.gradient_norm
+            self.step.on_validation_start(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.records_step:
+            self.step.on_train_epoch_end(trainer, pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.records_step:
+            self.step.on_train_end(trainer, pl_module)
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self.records_step:
+            self.step.on_save_checkpoint(trainer, pl_module, checkpoint)
 
 
-__all__ = ["BATCH_HOOKS", "CurrentStep", "StepCheck", "total_gradient_norm"]
+__all__ = [
+    "READ_HOOKS",
+    "STEP_HOOKS",
+    "CurrentStep",
+    "KeptStep",
+    "ReadStep",
+    "StepCheck",
+    "StepReader",
+    "input_tensors",
+    "nonfinite_row_flags",
+    "read_values",
+    "total_gradient_norm",
+]

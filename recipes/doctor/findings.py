@@ -56,16 +56,35 @@ class FindingsReporter:
         """Whether ``check`` has a finding in this fit."""
         return any(f.check == check for f in self.findings)
 
-    def report(self, trainer: pl.Trainer, check: str, message: str, warn: bool = True) -> None:
-        """Keep a finding of ``check``, warn it (``LoopDoctorWarning``) and set it as the tag ``doctor.<check>``."""
-        self.findings.append(Finding(check, message, trainer.global_step, trainer.current_epoch))
+    def report(
+        self,
+        trainer: pl.Trainer,
+        check: str,
+        message: str,
+        warn: bool = True,
+        step: int | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        """Keep a finding of ``check``, warn it (``LoopDoctorWarning``) and set it as the tag ``doctor.<check>``.
+        ``step``/``epoch``: when the finding happened (default: now; a step read later names its own)."""
+        step = trainer.global_step if step is None else step
+        epoch = trainer.current_epoch if epoch is None else epoch
+        self.findings.append(Finding(check, message, step, epoch))
         if warn:
             rank_zero_warn(f"LoopDoctor [{check}]: {message}", category=LoopDoctorWarning)
         self.set_tag(trainer, f"doctor.{check}", message)
 
-    def fail(self, trainer: pl.Trainer, check: str, error: type[Exception], message: str) -> NoReturn:
+    def fail(
+        self,
+        trainer: pl.Trainer,
+        check: str,
+        error: type[Exception],
+        message: str,
+        step: int | None = None,
+        epoch: int | None = None,
+    ) -> NoReturn:
         """Report a finding that stops the run: kept and tagged (not warned), tag ``doctor.failure``, ``error`` raised."""
-        self.report(trainer, check, message, warn=False)
+        self.report(trainer, check, message, warn=False, step=step, epoch=epoch)
         self.set_tag(trainer, "doctor.failure", message)
         raise error(message)
 
@@ -75,11 +94,12 @@ class FindingsReporter:
         if run is not None and trainer.is_global_zero:
             run.set_tag(key, value[:TAG_LIMIT])
 
-    def log_metric(self, trainer: pl.Trainer, name: str, value: float) -> None:
-        """Log one value of the series ``name`` at the trainer's global step to every logger (rank 0 only)."""
+    def log_metric(self, trainer: pl.Trainer, name: str, value: float, step: int | None = None) -> None:
+        """Log one value of the series ``name`` at ``step`` (default: the trainer's global step) to every logger
+        (rank 0 only)."""
         if trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics({name: value}, step=trainer.global_step)
+                logger.log_metrics({name: value}, step=trainer.global_step if step is None else step)
 
     def note(self, trainer: pl.Trainer, line: str) -> None:
         """Keep an informational line in ``notes`` and print it (rank 0 only): no finding, no warning."""

@@ -2,7 +2,8 @@
 
 001: "your learning rate is likely too high" when clipping rescales nearly every step. The norm is logged every N
 optimizer steps as ``doctor/grad_norm``; a finding when its median over the last steps stays at >= 5x
-``gradient_clip_val`` (norm clipping only).
+``gradient_clip_val`` (norm clipping only). The norms are kept on the device and read a few steps at a time
+(``CurrentStep``); the norm is the one the task's clipping measured where it clips by norm, not a second one.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import statistics
 from collections import deque
 
 import lightning.pytorch as pl
-import torch
 
-from recipes.doctor.current_step import CurrentStep, StepCheck
+from recipes.doctor.current_step import CurrentStep, ReadStep, StepCheck
 from recipes.doctor.findings import FindingsReporter
 
 
@@ -33,6 +33,7 @@ class GradientNormCheck(StepCheck):
 
     name = "grad_norm"
     needs_gradients = True
+    read_order = 0
 
     def __init__(
         self,
@@ -57,20 +58,20 @@ class GradientNormCheck(StepCheck):
         self.grad_norms: list[tuple[int, float]] = []  # (global step, norm) of the logged steps
         self.recent_norms: deque[float] = deque(maxlen=self.window)
 
-    def on_before_optimizer_step(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    def read_steps(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps: list[ReadStep], bad: ReadStep | None
     ) -> None:
-        norm = self.measure_gradients(trainer, pl_module, optimizer)
-        if norm is None or not math.isfinite(norm):
-            return  # no gradients, or non-finite ones: the non-finite guard's (or the fp16 GradScaler's) business
-        step = trainer.global_step
-        self.recent_norms.append(norm)
-        if step % self.every_n_steps == 0:
-            self.grad_norms.append((step, norm))
-            self.reporter.log_metric(trainer, "doctor/grad_norm", norm)
-        self._check_against_clipping(trainer)
+        for step in steps:
+            norm = step.gradient_norm
+            if norm is None or not math.isfinite(norm):
+                continue  # no optimizer step in this batch, or the fp16 GradScaler's skipped one
+            self.recent_norms.append(norm)
+            if step.global_step % self.every_n_steps == 0:
+                self.grad_norms.append((step.global_step, norm))
+                self.reporter.log_metric(trainer, "doctor/grad_norm", norm, step=step.global_step)
+            self._check_against_clipping(trainer, step)
 
-    def _check_against_clipping(self, trainer: pl.Trainer) -> None:
+    def _check_against_clipping(self, trainer: pl.Trainer, step: ReadStep) -> None:
         clip = trainer.gradient_clip_val
         algorithm = str(trainer.gradient_clip_algorithm or "norm").lower()
         if not clip or "value" in algorithm or self.already_reported():
@@ -88,6 +89,8 @@ class GradientNormCheck(StepCheck):
             f"optimizer steps, >= {self.clip_factor:g}x gradient_clip_val={clip}: clipping rescales "
             f"nearly every step. The learning rate (lr={lr}) is the likely cause, not the gradients: lower it "
             "rather than clipping harder.",
+            step=step.global_step,
+            epoch=step.epoch,
         )
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 
 import lightning.pytorch as pl
-from torch import Tensor
 
 from lightning_modules.task import initial_loss_wording
-from recipes.doctor.current_step import CurrentStep, StepCheck
+from recipes.doctor.current_step import CurrentStep, ReadStep, StepCheck
 from recipes.doctor.findings import FindingsReporter
 
 
@@ -59,6 +58,7 @@ class InitialLossCheck(StepCheck):
 
     name = "initial_loss"
     needs_batch = True
+    read_order = 1
 
     def __init__(
         self,
@@ -78,23 +78,27 @@ class InitialLossCheck(StepCheck):
         self.initial_loss_value: float | None = None
         self.pending = True  # until the first backward pass of the fit
 
-    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        loss = self.step.loss
-        if loss is None or not self.pending:
+    def read_steps(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps: list[ReadStep], bad: ReadStep | None
+    ) -> None:
+        first = steps[0] if steps else bad
+        if first is None or not self.pending:
             return
         self.pending = False
-        if trainer.global_step == 0 and self.step.batch_idx == 0:  # a fresh start, not a resumed run
-            self._compare(trainer, pl_module, loss)
+        if first is bad or first.loss is None:
+            return  # a non-finite first loss is the non_finite check's
+        if first.global_step == 0 and first.batch_idx == 0:  # a fresh start, not a resumed run
+            self._compare(trainer, pl_module, first)
 
-    def _compare(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
+    def _compare(self, trainer: pl.Trainer, pl_module: pl.LightningModule, first: ReadStep) -> None:
         reference = expected_initial_loss(pl_module)
-        if reference is None:
+        if reference is None or first.loss is None:
             return
         expected, wording = reference
-        value = float(loss.float().mean()) * trainer.accumulate_grad_batches  # Lightning divides by accumulation
+        value = first.loss * trainer.accumulate_grad_batches  # Lightning divides by accumulation
         scaler = getattr(trainer.precision_plugin, "scaler", None)
-        if scaler is not None:
-            value /= float(scaler.get_scale())  # on_before_backward sees the fp16 GradScaler's scaled loss
+        if first.loss_scaled and scaler is not None:
+            value /= float(scaler.get_scale())  # read before the batch ended: the fp16 GradScaler's scaled loss
         self.initial_loss_value = value
         margin = max(self.rel_tol * expected, self.abs_tol)
         if abs(value - expected) <= margin:
@@ -114,6 +118,8 @@ class InitialLossCheck(StepCheck):
             trainer,
             self.name,
             f"first-batch loss {value:.3f} vs {wording} (tolerance {margin:.2f}): {why}.",
+            step=first.global_step,
+            epoch=first.epoch,
         )
 
 

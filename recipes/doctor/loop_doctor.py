@@ -45,6 +45,8 @@ FORWARDED_HOOKS = (
     "on_validation_batch_start",
     "on_validation_batch_end",
     "on_validation_end",
+    "on_train_end",
+    "on_save_checkpoint",
 )
 # the data-wait timer's hooks, which LoopDoctor calls in halves around the other parts' batch hooks
 TIMED_HOOKS = ("on_train_batch_start", "on_train_batch_end")
@@ -64,7 +66,9 @@ class LoopDoctor(Callback):
         initial_loss: Compare the first batch's loss of a multiclass classifier (or language model) with ln(C).
         initial_loss_rel_tol: Warn when |loss - ln C| exceeds this fraction of ln C ...
         initial_loss_abs_tol: ... or this many nats, whichever is larger.
-        non_finite: Stop the run at the first NaN or inf loss or gradient, before the optimizer applies it.
+        non_finite: Stop the run at the first NaN or inf loss or gradient; no checkpoint of non-finite weights is
+            written. Read without a host sync per step: a non-finite step is found before its update on logging
+            steps and the epoch's last batch, otherwise at the next read (see ``recipes.doctor.current_step``).
         grad_norm: Log the total gradient norm before clipping and warn when it stays far above the clip value.
         grad_norm_every_n_steps: Log ``doctor/grad_norm`` every this many optimizer steps.
         grad_norm_window: Optimizer steps over which the median gradient norm is compared with the clip value.
@@ -231,7 +235,15 @@ class LoopDoctor(Callback):
             hook(trainer, pl_module)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for hook in self._forward["on_train_end"]:
+            hook(trainer, pl_module)
         self.reporter.summarize(trainer)
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        for hook in self._forward["on_save_checkpoint"]:
+            hook(trainer, pl_module, checkpoint)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         for hook in self._forward["on_train_epoch_start"]:
