@@ -93,8 +93,8 @@ class ClassificationModule(Task):
         self.register_buffer("class_weights", torch.tensor(fixed, dtype=torch.float32))
         self.last_confusion_matrix: dict[str, Tensor] = {}
         if task != "multilabel":
-            self.val_confusion = ConfusionMatrix(**self._metric_kwargs())
-            self.test_confusion = ConfusionMatrix(**self._metric_kwargs())
+            self.val_confusion = ConfusionMatrix(**self._metric_kwargs(), validate_args=False)  # as the metrics
+            self.test_confusion = ConfusionMatrix(**self._metric_kwargs(), validate_args=False)
 
     @property
     def out_features(self) -> int:
@@ -191,17 +191,11 @@ class ClassificationModule(Task):
     def _confusion(self, stage: str) -> Metric | None:
         return getattr(self, f"{stage}_confusion", None)
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        out = self._shared_step(batch, "val", batch_idx)
-        confusion = self._confusion("val")
+    def update_metrics(self, stage: str, outputs: Tensor, targets: Tensor) -> None:
+        super().update_metrics(stage, outputs, targets)
+        confusion = self._confusion(stage)
         if confusion is not None:
-            confusion.update(*self.metric_inputs(out))
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        out = self._shared_step(batch, "test", batch_idx)
-        confusion = self._confusion("test")
-        if confusion is not None:
-            confusion.update(*self.metric_inputs(out))
+            confusion.update(*self.metric_inputs(StepOutput(outputs.new_zeros(()), outputs, targets, len(outputs))))
 
     def _finish_confusion(self, stage: str) -> None:
         confusion = self._confusion(stage)
@@ -210,9 +204,11 @@ class ClassificationModule(Task):
             confusion.reset()
 
     def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()
         self._finish_confusion("val")
 
     def on_test_epoch_end(self) -> None:
+        super().on_test_epoch_end()
         self._finish_confusion("test")
 
     def prediction_columns(self, outputs: Tensor, datamodule: Any = None) -> dict[str, list[Any]]:

@@ -1,10 +1,10 @@
-"""Train-metric updates gathered on the device and applied a few steps at a time.
+"""Metric updates gathered on the device and applied a few batches at a time.
 
 A torchmetrics ``update`` costs a fixed amount of Python and kernel launches per call, about as much as a small
 network's whole training step, and some metrics read a value back to the host inside it (``torch.bincount`` on
-CUDA). ``DeferredMetricUpdates`` keeps each training step's (outputs, targets) as they are, on the device, and hands
-them to the metric collection concatenated, in one ``update``, when somebody is about to read the metrics (a
-logging step, the end of the epoch, the end of the run) or when the kept tensors grow past ``max_elements``.
+CUDA, torchmetrics' argument checks). ``DeferredMetricUpdates`` keeps each batch's (outputs, targets) as they are,
+on the device, and hands them to the metrics concatenated, in one update, when somebody is about to read the metrics
+(a logging step, the end of an epoch or of the run) or when the kept tensors grow past ``max_elements``.
 
 Every loopwise metric is a sum over samples (stat scores, squared and absolute errors, R² sums, log-probabilities
 and counts), so one update with the concatenated rows gives exactly the state of one update per step.
@@ -16,31 +16,27 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torchmetrics import MetricCollection
 
 
 class DeferredMetricUpdates:
-    """(outputs, targets) of the training steps since the last ``flush``, applied to ``metrics`` in one update.
+    """(outputs, targets) of the batches since the last ``flush``, handed to ``update`` in one call.
 
     Args:
-        metrics: The metric collection to update.
-        metric_inputs: Turns concatenated (outputs, targets) into the collection's ``update`` arguments (e.g. logits
-            into probabilities); applied once per flush, not once per step.
+        update: Updates the metrics with concatenated (outputs, targets) of one or more batches (e.g. logits turned
+            into probabilities, then ``MetricCollection.update``); called once per flush, not once per batch.
         max_elements: Flush on ``add`` once the kept outputs and targets hold more elements than this (bounds the
             device memory they take: 2**24 float32 elements are 64 MiB).
 
-    Steps whose outputs differ in shape beyond the batch dimension (length-bucketed sequences) are concatenated in
+    Batches whose outputs differ in shape beyond the batch dimension (length-bucketed sequences) are concatenated in
     runs of equal shape, one update per run.
     """
 
     def __init__(
         self,
-        metrics: MetricCollection,
-        metric_inputs: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
+        update: Callable[[Tensor, Tensor], None],
         max_elements: int = 2**24,
     ) -> None:
-        self.metrics = metrics
-        self.metric_inputs = metric_inputs
+        self.update = update
         self.max_elements = max_elements
         self.outputs: list[Tensor] = []
         self.targets: list[Tensor] = []
@@ -50,7 +46,7 @@ class DeferredMetricUpdates:
         return len(self.outputs)
 
     def add(self, outputs: Tensor, targets: Tensor) -> None:
-        """Keep one step's (detached) outputs and targets; flush when they grow past ``max_elements``."""
+        """Keep one batch's (detached) outputs and targets; flush when they grow past ``max_elements``."""
         self.outputs.append(outputs.detach())
         self.targets.append(targets.detach())
         self.elements += outputs.numel() + targets.numel()
@@ -73,7 +69,7 @@ class DeferredMetricUpdates:
                 run_outputs, run_targets = outputs[start], targets[start]
             else:
                 run_outputs, run_targets = torch.cat(outputs[start:end]), torch.cat(targets[start:end])
-            self.metrics.update(*self.metric_inputs(run_outputs, run_targets))
+            self.update(run_outputs, run_targets)
             start = end
 
     def clear(self) -> None:

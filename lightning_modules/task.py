@@ -8,6 +8,7 @@ add only their loss, metrics and how a batch becomes (outputs, targets).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ class Task(LightningModule):
     values reach the loggers (every ``log_every_n_steps``), on the last batch of each epoch and on the run's last
     step, so the logged values, the progress bar at those steps and the epoch line are those of a per-step
     ``self.log``; the train metrics' inputs are kept on the device and applied in one update at those steps
-    (``DeferredMetricUpdates``). Clipping by norm keeps the norm it measures in ``gradient_norm``.
+    (``DeferredMetricUpdates``); validation and test keep theirs until the last batch of each dataloader, so an
+    evaluation batch reads nothing back either. Clipping by norm keeps the norm it measures in ``gradient_norm``.
     """
 
     default_monitor: str = "val/loss"
@@ -158,21 +160,26 @@ class Task(LightningModule):
         self.channels_last = channels_last
         metrics = self.build_metrics()
         self.train_metrics = metrics.clone(prefix="train/")
-        for metric in self.train_metrics.values():
-            # the loss has just consumed the same targets; torchmetrics' per-batch argument checks on the train
-            # split cost about as much as a small network's forward pass. Validation and test keep them.
-            if hasattr(metric, "validate_args"):
-                metric.validate_args = False
-        self.train_updates = DeferredMetricUpdates(self.train_metrics, self._train_metric_inputs)
-        #: total gradient norm before clipping of the last optimizer step (0-d tensor on the device), measured by
-        #: ``configure_gradient_clipping`` when it clips by norm; ``None`` otherwise
-        self.gradient_norm: Tensor | None = None
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         eval_only = self.build_eval_metrics()
         if len(eval_only):
             self.val_metrics.add_metrics(dict(eval_only.clone().items()))
             self.test_metrics.add_metrics(dict(eval_only.clone().items()))
+        for stage in STAGES:
+            # the loss has just consumed the same targets (cross entropy rejects a class index out of range) and the
+            # data modules check labels when they load them; torchmetrics' per-batch argument checks read values
+            # back to the host and cost about as much as a small network's forward pass
+            for metric in getattr(self, f"{stage}_metrics").values():
+                if hasattr(metric, "validate_args"):
+                    metric.validate_args = False
+        #: per stage: the batches' (outputs, targets) kept on the device until the metrics are read
+        self.metric_updates = {
+            stage: DeferredMetricUpdates(functools.partial(self.update_metrics, stage)) for stage in STAGES
+        }
+        #: total gradient norm before clipping of the last optimizer step (0-d tensor on the device), measured by
+        #: ``configure_gradient_clipping`` when it clips by norm; ``None`` otherwise
+        self.gradient_norm: Tensor | None = None
 
     @staticmethod
     def mode_for(metric: str) -> Literal["min", "max"]:
@@ -196,6 +203,12 @@ class Task(LightningModule):
     def metric_inputs(self, out: StepOutput) -> tuple[Tensor, Tensor]:
         """(preds, target) for the metric collection."""
         return out.outputs, out.targets
+
+    def update_metrics(self, stage: str, outputs: Tensor, targets: Tensor) -> None:
+        """Update the ``stage`` metrics with the (outputs, targets) of one or more batches, concatenated: called when
+        the metrics are about to be read (``DeferredMetricUpdates``), not once per batch."""
+        out = StepOutput(outputs.new_zeros(()), outputs, targets, len(outputs))
+        getattr(self, f"{stage}_metrics").update(*self.metric_inputs(out))
 
     @classmethod
     def data_mismatch(cls, datamodule: Any) -> str | None:
@@ -303,30 +316,38 @@ class Task(LightningModule):
 
     def _shared_step(self, batch: Any, stage: str, batch_idx: int | None = None) -> StepOutput:
         out = self.forward_batch(batch)
-        metrics: MetricCollection = getattr(self, f"{stage}_metrics")
+        updates = self.metric_updates[stage]
+        updates.add(out.outputs, out.targets)
         if stage == "train":
-            self.train_updates.add(out.outputs, out.targets)
             if self._train_values_read_now():
-                self.train_updates.flush()
+                updates.flush()
                 self.log("train/loss", out.loss.detach(), on_step=True, on_epoch=False, prog_bar=True,
                          batch_size=out.batch_size)
         else:
-            metrics.update(*self.metric_inputs(out))
+            if self._last_evaluation_batch(batch_idx):
+                updates.flush()
             self.log(f"{stage}/loss", out.loss.detach(), on_step=False, on_epoch=True, prog_bar=True,
                      batch_size=out.batch_size, sync_dist=True)
         if batch_idx == 0 or not self._metrics_logged.get(stage):
-            # The metric objects are updated every step but handed to self.log once per epoch: Lightning keeps the
-            # reference, computes and resets them at the epoch's end as usual, and skips its per-call bookkeeping
-            # (moving the logged Metric's whole state to the device), which cost more than a small network's step.
-            # "Once" is the first batch of each epoch and dataloader (batch_idx 0), or the first batch after the
-            # epoch-start hooks reset the flag (a resumed epoch starts at a later batch_idx); either alone suffices,
-            # so a subclass that overrides an epoch-start hook without super() still logs its metrics every epoch.
+            # The metric objects are handed to self.log once per epoch: Lightning keeps the reference, computes and
+            # resets them at the epoch's end as usual, and skips its per-call bookkeeping (moving the logged Metric's
+            # whole state to the device), which cost more than a small network's step. "Once" is the first batch of
+            # each epoch and dataloader (batch_idx 0), or the first batch after the epoch-start hooks reset the flag
+            # (a resumed epoch starts at a later batch_idx); either alone suffices, so a subclass that overrides an
+            # epoch-start hook without super() still logs its metrics every epoch.
             self._metrics_logged[stage] = True
+            metrics: MetricCollection = getattr(self, f"{stage}_metrics")
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
 
-    def _train_metric_inputs(self, outputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-        return self.metric_inputs(StepOutput(outputs.new_zeros(()), outputs, targets, len(outputs)))
+    def _last_evaluation_batch(self, batch_idx: int | None) -> bool:
+        """Whether ``batch_idx`` is the last batch of a validation or test dataloader (always true outside a
+        Trainer, or for a dataloader of unknown length: the epoch-end hooks flush then)."""
+        trainer = attached_trainer(self)
+        if trainer is None or batch_idx is None:
+            return True
+        counts = trainer.num_test_batches if trainer.testing else trainer.num_val_batches
+        return any(batch_idx + 1 == count for count in counts)
 
     def _train_values_read_now(self) -> bool:
         """Whether this training step's values are read: Lightning writes step values to the loggers (a logging
@@ -341,24 +362,32 @@ class Task(LightningModule):
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trainer.should_stop:  # set during this batch (a signal, a callback): the epoch ends here
-            self.train_updates.flush()
+            self.metric_updates["train"].flush()
 
     def on_validation_end(self) -> None:
         if self.trainer.state.fn == "fit" and self.trainer.should_stop:  # early stopping after a mid-epoch validation
-            self.train_updates.flush()
+            self.metric_updates["train"].flush()
 
     def on_train_epoch_end(self) -> None:
-        self.train_updates.flush()
+        self.metric_updates["train"].flush()
 
     def on_train_epoch_start(self) -> None:
         self._metrics_logged["train"] = False
-        self.train_updates.clear()  # steps of an epoch that ended without its end-of-epoch hooks (an exception)
+        self.metric_updates["train"].clear()  # steps of an epoch that ended without its end-of-epoch hooks (an exception)
 
     def on_validation_epoch_start(self) -> None:
         self._metrics_logged["val"] = False
+        self.metric_updates["val"].clear()
 
     def on_test_epoch_start(self) -> None:
         self._metrics_logged["test"] = False
+        self.metric_updates["test"].clear()
+
+    def on_validation_epoch_end(self) -> None:
+        self.metric_updates["val"].flush()
+
+    def on_test_epoch_end(self) -> None:
+        self.metric_updates["test"].flush()
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self._shared_step(batch, "train", batch_idx).loss
