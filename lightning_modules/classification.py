@@ -10,7 +10,8 @@ from torch import Tensor, nn
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Score
 
-from lightning_modules.task import StepOutput, Task, batch_length, split_batch
+from lightning_modules.batches import batch_length, split_batch
+from lightning_modules.task import StepOutput, Task
 
 
 def inverse_frequency_weights(class_counts: list[int]) -> list[float]:

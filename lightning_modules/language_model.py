@@ -12,7 +12,8 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.text import Perplexity
 
-from lightning_modules.task import StepOutput, Task, batch_length, initial_loss_wording, split_batch
+from lightning_modules.batches import batch_length, split_batch
+from lightning_modules.task import StepOutput, Task, initial_loss_wording
 
 
 class LanguageModelModule(Task):

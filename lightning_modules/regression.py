@@ -10,7 +10,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
 
-from lightning_modules.task import StepOutput, Task, batch_length, split_batch
+from lightning_modules.batches import batch_length, split_batch
+from lightning_modules.task import StepOutput, Task
 
 
 class RegressionModule(Task):

@@ -21,6 +21,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
+from lightning_modules.batches import to_channels_last
 from lightning_modules.compat import (
     attached_trainer,
     built_from_config,
@@ -46,39 +47,6 @@ class StepOutput:
     batch_size: int
 
 
-def split_batch(batch: Any) -> tuple[Any, Tensor | None]:
-    """Split a batch into (inputs, targets).
-
-    Accepts ``(inputs, targets)`` tuples/lists, a bare input tensor (prediction), or a dict with a ``labels`` key
-    whose other keys are passed to the network as keyword arguments.
-    """
-    if isinstance(batch, Mapping):
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
-        return inputs, batch.get("labels")
-    if isinstance(batch, (tuple, list)):
-        if len(batch) == 2:
-            return batch[0], batch[1]
-        if len(batch) == 1:
-            return batch[0], None
-        raise ValueError(f"expected a batch of (inputs, targets), got a sequence of {len(batch)} items")
-    return batch, None
-
-
-def to_channels_last(batch: Any) -> Any:
-    """4-D floating-point tensors of a batch (tensor, tuple/list or dict) in channels-last format; the rest as is."""
-    if isinstance(batch, Tensor):
-        if batch.ndim == 4 and batch.is_floating_point():
-            return batch.contiguous(memory_format=torch.channels_last)
-        return batch
-    if isinstance(batch, Mapping):
-        return type(batch)({k: to_channels_last(v) for k, v in batch.items()}) if isinstance(batch, dict) else batch
-    if isinstance(batch, tuple) and not hasattr(batch, "_fields"):
-        return tuple(to_channels_last(v) for v in batch)
-    if isinstance(batch, list):
-        return [to_channels_last(v) for v in batch]
-    return batch
-
-
 def initial_loss_wording(expected: float, outcomes: int | None = None, what: str = "classes") -> str:
     """How the loop doctor's initial-loss message words an expected loss.
 
@@ -88,13 +56,6 @@ def initial_loss_wording(expected: float, outcomes: int | None = None, what: str
     if outcomes is not None and outcomes >= 1 and math.isclose(expected, math.log(outcomes)):
         return f"ln({outcomes}) = {expected:.3f} expected at initialization for {outcomes} {what}"
     return f"{expected:.3f} expected at initialization"
-
-
-def batch_length(inputs: Any) -> int:
-    """Number of samples in a batch of inputs (tensor or dict of tensors)."""
-    if isinstance(inputs, Mapping):
-        inputs = next(iter(inputs.values()))
-    return int(inputs.shape[0])
 
 
 class Task(LightningModule):

@@ -220,7 +220,7 @@ def test_compiled_and_plain_checkpoints_load_into_each_other(tmp_path):
 
 def test_channels_last_formats_weights_and_image_batches_with_the_same_outputs():
     from lightning_modules.models import ConvNet
-    from lightning_modules.task import to_channels_last
+    from lightning_modules.batches import to_channels_last
 
     torch.manual_seed(0)
     plain = ClassificationModule(ConvNet(1, 10, widths=[4, 8]), num_classes=10)
