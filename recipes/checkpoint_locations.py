@@ -72,7 +72,12 @@ class RunCheckpoint(ModelCheckpoint):
 
     @property
     def state_key(self) -> str:
-        return checkpoint_state_key(self, alias=self.alias, monitor=self.monitor, mode=self.mode)
+        # Lightning reads it at every callback hook call (the profiler's action name): built once per identity
+        identity = (self.alias, self.monitor, self.mode)
+        if getattr(self, "_state_key_identity", None) != identity:
+            self._state_key_identity = identity
+            self._state_key = checkpoint_state_key(self, alias=self.alias, monitor=self.monitor, mode=self.mode)
+        return self._state_key
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.dirpath is None:

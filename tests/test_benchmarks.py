@@ -91,10 +91,12 @@ def test_gpu_without_cuda_says_it_is_skipped(bench, capsys):
 def test_run_all_renders_rows_and_verdicts(bench):
     run_all = bench("run_all")
     rows = run_all.rows_for("overhead", {
-        "rows": [{"model": "spiral", "ratio": "recipe / limit", "value": 0.5, "target": 0.8, "met": False}],
-        "samples_per_s": {"spiral": {"limit": 1000.0, "recipe": 500.0}}}, "")
-    assert rows == ["| overhead, spiral | recipe / limit (samples/s: limit 1,000, recipe 500) | 0.500 | >= 0.8 | "
-                    "**not met** |"]
+        "rows": [{"model": "spiral", "ratio": "recipe / bare", "value": 0.5, "target": 0.9, "met": False},
+                 {"model": "spiral", "ratio": "recipe / limit", "value": 0.4, "target": 0.8, "met": False}],
+        "samples_per_s": {"spiral": {"limit": 1250.0, "bare": 1000.0, "recipe": 500.0}}}, "")
+    assert rows == ["| overhead, spiral | recipe / bare (samples/s: limit 1,250, bare 1,000, recipe 500) | 0.500 | "
+                    ">= 0.9 | **not met** |",
+                    "| overhead, spiral | recipe / limit | 0.400 | >= 0.8 | **not met** |"]
     rows = run_all.rows_for("memory", {"epochs": 20, "peak_mb": {"floor": 300, "seeds": 400, "recipe": 500},
                                        "growth": [{"variant": "recipe", "growth": 0.01, "met": True}]}, "")
     assert rows[1] == "| memory | RSS growth of the recipe, epoch 2 to epoch 20 | +1.0% | <= 5% | met |"

@@ -153,6 +153,32 @@ def test_nan_row_without_mlflow_even_with_save_on_exception(tmp_path):
         assert all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
 
 
+def test_a_nan_found_steps_later_names_its_step_and_no_checkpoint_of_it_is_written(tmp_path):
+    """Between logging steps nothing is read: a NaN at batch 3 is found by the read before the next checkpoint save
+    (one per step here), after its update. The message still names its step, batch and row; the save that would have
+    written the non-finite weights is refused, and so is the save on exception."""
+    L.seed_everything(0)
+    x, y = random_rows(64, seed=0)
+    x[28, 1] = float("nan")  # batch 3 (rows 24-31) of batch size 8, row 4 of that batch
+    every_step = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, save_on_exception=True,
+                                 filename="{step}")
+    doctor = LoopDoctor()
+    fit = trainer(doctor, every_step, enable_checkpointing=True, max_epochs=1, log_every_n_steps=50)
+    with pytest.raises(NonFiniteError) as error:
+        fit.fit(classifier(), TensorData(x, y, *random_rows(16, seed=1)))
+    message = str(error.value)
+    assert message.startswith("non-finite loss (nan) at global step 3 (epoch 0, batch 3)")
+    assert "NaN/inf in row(s) 4 of the batch" in message
+    assert "Found 1 optimizer step(s) later" in message and "no checkpoint of them is written" in message
+    assert doctor.findings[0].step == 3 and doctor.checks["non_finite"].step.reads >= 3
+    saved = sorted(path.name for path in tmp_path.glob("*.ckpt"))
+    assert saved == ["step=1.ckpt", "step=2.ckpt", "step=3.ckpt"]  # the weights before the NaN batch's update
+    for path in tmp_path.glob("*.ckpt"):
+        state = torch.load(path, weights_only=True)["state_dict"]
+        assert all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
+    assert every_step.save_on_exception is False  # turned off for this failure; back on at the next fit's start
+
+
 # --- lr = 1e3: the gradient norm before clipping ------------------------------------------------------------
 def test_huge_learning_rate_is_named_by_the_gradient_norm_check():
     L.seed_everything(0)
