@@ -162,6 +162,8 @@ class RecipeLogger(MLFlowLogger):
         self._journal_dir: Path | None = None  # <checkpoints_dir>/<experiment>: the run's journal goes below
         self._journal: TrackingJournal | None = None
         self.store_failure: str | None = None  # the first write the store refused, once it has refused one
+        self._held: tuple[int, dict[str, Any]] | None = None  # (step, metrics) not yet handed to MLflow
+        self.synchronous = synchronous  # every call written before it returns: nothing held back
         watch_store_failures(self)
 
     @property
@@ -224,6 +226,26 @@ class RecipeLogger(MLFlowLogger):
             if not metrics:
                 return
         self.record("metrics", step=step, time=int(time.time() * 1000), values=dict(metrics))
+        if step is not None and self._held is not None and self._held[0] == step:
+            self._held[1].update(metrics)  # the LR monitor and Lightning log the same step: one write for both
+            return
+        self.send_held_metrics()
+        if step is None or self.synchronous:
+            self._send(dict(metrics), step)
+        else:
+            self._held = (step, dict(metrics))
+
+    def send_held_metrics(self) -> None:
+        """Hand MLflow the metrics held back for the latest step. A step's metrics arrive in several calls (the LR
+        monitor's at the batch start, Lightning's at its end, the epoch's at the epoch end): they are held until a
+        call for another step, a flush or the end of the run, and go out as one ``log_batch`` (each one costs the
+        training thread a queue submission and MLflow a write). The journal has every call at once; with
+        ``synchronous`` nothing is held."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._send(held[1], held[0])
+
+    def _send(self, metrics: dict[str, Any], step: int | None) -> None:
         try:
             super().log_metrics(metrics, step)
         except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
@@ -243,6 +265,7 @@ class RecipeLogger(MLFlowLogger):
         """Write every metric queued by MLflow's asynchronous logging now (the queue of this logger's store)."""
         if not mlflow_logger_run_created(self):
             return
+        self.send_held_metrics()
         if self._journal is not None:
             self._journal.sync_to_disk()
         import mlflow
@@ -295,6 +318,7 @@ class RecipeLogger(MLFlowLogger):
 
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
+        self.send_held_metrics()
         if mlflow_logger_run_created(self) and mlflow_logger_log_model(self):
             for callback in self._checkpoint_callbacks.values():
                 self.upload_checkpoints(callback)

@@ -271,8 +271,8 @@ def test_checkpoints_are_uploaded_during_training_and_replaced(workdir: Path) ->
 
 
 def test_metrics_go_out_in_batches_and_the_store_writes_are_merged(workdir: Path, monkeypatch) -> None:
-    """Every logger call is one ``log_batch`` carrying one step's metrics (never a write per metric), and MLflow's
-    buffered worker merges the calls into fewer store writes, with every metric written."""
+    """Every ``log_batch`` carries one step's metrics, all of them (the LR monitor's and Lightning's calls for a step
+    go out together; never a write per metric), and MLflow's buffered worker writes every metric."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     writes: list[int] = []
@@ -300,11 +300,14 @@ def test_metrics_go_out_in_batches_and_the_store_writes_are_merged(workdir: Path
                          enable_model_summary=False)
     module = ClassificationModule(model=MLP(2, 3, hidden_sizes=[16]), num_classes=3)
     trainer.fit(module, datamodule=SpiralDataModule(n_samples=300, batch_size=32))
-    assert len(batches) >= 10 and all(len({step for step, _ in batch}) == 1 for batch in batches)
+    assert len(batches) >= 6 and all(len({step for step, _ in batch}) == 1 for batch in batches)
+    steps = [next(iter(batch))[0] for batch in batches]
+    assert len(steps) == len(set(steps))  # one call per step: the LR monitor's values travel with Lightning's
+    assert any({"lr-AdamW/decay", "train/loss"} <= {key for _, key in batch} for batch in batches)
     epoch_end = next(batch for batch in batches if ("train/acc" in {key for _, key in batch}))
     assert {"train/acc", "train/f1"} <= {key for _, key in epoch_end}  # the epoch's metrics travel together
     assert sum(writes) == sum(len(batch) for batch in batches)  # every metric reached the store ...
-    assert len(writes) < len(batches)  # ... in fewer writes than calls
+    assert len(writes) <= len(batches)  # ... in no more writes than calls
 
 
 def test_synchronous_logging_can_be_chosen(workdir: Path) -> None:
