@@ -31,6 +31,12 @@ CHECKPOINT_ARTIFACT_DIR = "checkpoints"
 SERVER_CHECK_TIMEOUT_S = 5
 ASYNC_BUFFER_ENV = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
 ASYNC_BUFFER_SECONDS = 5
+# MLflow's async logging keeps two thread pools (10 threads each by default) and starts a thread on a submission that
+# finds none idle; it restarts both pools at every flush (every checkpoint save), so the first submissions of each
+# epoch each started a thread, the training thread waiting ~1 ms for each to come up on 2 busy cores. One worker is
+# enough: the SQLite store serializes writes anyway, and the buffered worker merges the queued batches.
+ASYNC_POOL_ENV = "MLFLOW_ASYNC_LOGGING_THREADPOOL_SIZE"
+ASYNC_POOL_SIZE = 1
 
 
 class TrackingServerUnreachable(ConnectionError):
@@ -152,8 +158,9 @@ class RecipeLogger(MLFlowLogger):
             run_id=run_id,
             synchronous=synchronous,
         )
-        if not synchronous:  # MLflow reads it whenever its worker wakes; a value the user set wins
+        if not synchronous:  # MLflow reads them whenever its worker wakes or its pools start; a user's value wins
             os.environ.setdefault(ASYNC_BUFFER_ENV, str(ASYNC_BUFFER_SECONDS))
+            os.environ.setdefault(ASYNC_POOL_ENV, str(ASYNC_POOL_SIZE))
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
         self._uploader = CheckpointUploader(self._upload_file, min_interval_s=checkpoint_upload_interval)
         self.resumed = run_id is not None

@@ -350,3 +350,32 @@ def test_async_logging_buffers_writes_unless_the_user_chose(workdir: Path, monke
     monkeypatch.setenv(ASYNC_BUFFER_ENV, "1")
     RecipeLogger(experiment_name="buffered")
     assert os.environ[ASYNC_BUFFER_ENV] == "1"
+
+
+def test_async_logging_uses_one_worker_thread_unless_the_user_chose(workdir: Path, monkeypatch) -> None:
+    """MLflow restarts its async pools at every flush (every checkpoint save) and started a thread per submission
+    after it, the training thread waiting for each; with one worker a flushed epoch starts at most one thread per
+    pool."""
+    import collections
+    import threading
+
+    from recipes.tracking import ASYNC_POOL_ENV
+
+    monkeypatch.delenv(ASYNC_POOL_ENV, raising=False)
+    logger = RecipeLogger(experiment_name="pool")
+    assert os.environ[ASYNC_POOL_ENV] == "1"
+    logger.log_metrics({"a": 0.0}, step=0)
+    logger.flush_metrics()
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda thread: (started.append(thread.name), start(thread))[1])
+    for step in range(1, 8):
+        logger.log_metrics({"a": float(step)}, step=step)
+    logger.finalize("success")
+    pools = collections.Counter(name.rstrip("0123456789").rstrip("_") for name in started if "MLflow" in name)
+    assert pools and all(count == 1 for count in pools.values()), started  # one thread per pool (and the loop)
+    client = mlflow_client(workdir)
+    assert [m.value for m in client.get_metric_history(logger.run_id, "a")] == [float(s) for s in range(8)]
+    monkeypatch.setenv(ASYNC_POOL_ENV, "4")
+    RecipeLogger(experiment_name="pool")
+    assert os.environ[ASYNC_POOL_ENV] == "4"
