@@ -4,6 +4,11 @@
 stages it serves, whether it applies to this run, and why it stands where it does. ``recipe_callbacks`` builds the
 rows that apply. (Lightning itself moves checkpoint callbacks after all others, so ``best``/``last`` are saved once
 every other callback has seen the validation; the table lists them where the recipe adds them.)
+
+Rows marked ``alone`` go to the Trainer as callbacks of their own: Lightning looks for them by type (checkpoints,
+early stopping, the prediction writer), they keep state in checkpoints, or their place matters (the loop doctor
+comes last). The others are handed over as one ``CallbackGroup`` where the first of them stands: Lightning calls
+every hook on every callback, a cost per callback on every training step (``recipes.callback_group``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 
+from recipes.callback_group import CallbackGroup
 from recipes.callbacks import LoopDoctor, TrainingPlan
 from recipes.checkpoint_locations import RunCheckpoint
 from recipes.confusion_matrix import ConfusionMatrixArtifact
@@ -56,6 +62,7 @@ class CallbackSlot:
     build: Callable[[RecipeRun], Callback]
     why_here: str
     applies: Callable[[RecipeRun], bool] = lambda run: True
+    alone: bool = False  # given to the Trainer on its own, not inside the group
 
 
 def _predictions_path(run: RecipeRun) -> str:
@@ -79,13 +86,18 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         "SIGTERM/SIGINT during validate/test/predict: stop at once, run KILLED",
     ),
     CallbackSlot(
-        "random_states", FIT, lambda run: RandomStates(), "a resumed run draws what an uninterrupted one would"
+        "random_states",
+        FIT,
+        lambda run: RandomStates(),
+        "a resumed run draws what an uninterrupted one would",
+        alone=True,  # its state is in the checkpoint
     ),
     CallbackSlot(
         "plateau_step_on_resume",
         FIT,
         lambda run: PlateauStepOnResume(),
         "the plateau step Lightning skips on resume",
+        alone=True,  # its state is in the checkpoint
     ),
     CallbackSlot(
         "best_checkpoint",
@@ -94,12 +106,14 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
             run.checkpoints_dir, run.experiment, "best", monitor=run.monitor, mode=run.monitor_mode
         ),
         "best.ckpt by the task's monitor",
+        alone=True,
     ),
     CallbackSlot(
         "last_checkpoint",
         FIT,
         lambda run: RunCheckpoint(run.checkpoints_dir, run.experiment, "last"),
         "last.ckpt after every validation; StopOnSignal saves into it",
+        alone=True,
     ),
     CallbackSlot(
         "lr_monitor",
@@ -116,6 +130,7 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         ),
         "only where the recipe sets a patience; says why it stopped (stderr line, run tag)",
         applies=lambda run: run.early_stopping_patience is not None,
+        alone=True,
     ),
     CallbackSlot(
         "mlflow_model",
@@ -125,7 +140,9 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         applies=lambda run: run.tracked and (run.mlflow_model or run.register_model is not None),
     ),
     CallbackSlot("confusion_matrix", EVALUATION, lambda run: ConfusionMatrixArtifact(), "a PNG per evaluated split"),
-    CallbackSlot("predictions", ("predict",), lambda run: PredictionCsvWriter(_predictions_path(run)), "the CSV"),
+    CallbackSlot(
+        "predictions", ("predict",), lambda run: PredictionCsvWriter(_predictions_path(run)), "the CSV", alone=True
+    ),
     CallbackSlot(
         "epoch_summary",
         ("fit", "validate", "test", "predict"),
@@ -138,13 +155,34 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         FIT,
         lambda run: LoopDoctor(**(run.loop_doctor or {})),
         "last: its batch timer then counts the other callbacks' batch hooks as compute, not as data wait",
+        alone=True,
     ),
 )
 
 
 def recipe_callbacks(run: RecipeRun) -> list[Callback]:
-    """The callbacks of ``RECIPE_CALLBACKS`` that apply to ``run``, in the table's order."""
-    return [slot.build(run) for slot in RECIPE_CALLBACKS if run.stage in slot.stages and slot.applies(run)]
+    """The callbacks of ``RECIPE_CALLBACKS`` that apply to ``run``, in the table's order; the rows not marked
+    ``alone`` as one ``CallbackGroup`` where the first of them stands (a single one as itself)."""
+    built: list[Callback] = []
+    group: list[Callback] = []
+    for slot in RECIPE_CALLBACKS:
+        if run.stage not in slot.stages or not slot.applies(run):
+            continue
+        callback = slot.build(run)
+        if slot.alone:
+            built.append(callback)
+        else:
+            if not group:
+                built.append(callback)  # the group's place, filled in below
+            group.append(callback)
+    if len(group) > 1:
+        built[built.index(group[0])] = CallbackGroup(group)
+    return built
+
+
+def flat(callbacks: list[Callback]) -> list[Callback]:
+    """``callbacks`` with every ``CallbackGroup`` replaced by its members (in the order their hooks run)."""
+    return [m for c in callbacks for m in (c.members if isinstance(c, CallbackGroup) else [c])]
 
 
 def callback_names(run: RecipeRun) -> list[str]:

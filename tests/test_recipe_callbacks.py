@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from recipes import cli
-from recipes.recipe_callbacks import RECIPE_CALLBACKS, RecipeRun, callback_names, recipe_callbacks
+from recipes.callback_group import CallbackGroup
+from recipes.recipe_callbacks import RECIPE_CALLBACKS, RecipeRun, callback_names, flat, recipe_callbacks
 
 from conftest import SPIRAL
 
@@ -44,25 +45,36 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
     ]
     assert names[0] == "training_plan"  # the plan prints before the epoch lines
     assert names[-1] == "loop_doctor"  # its batch timer counts the other callbacks' batch hooks as compute
-    built = recipe_callbacks(run_of("fit"))
-    assert [type(c).__name__ for c in built] == [
+    grouped = recipe_callbacks(run_of("fit"))
+    # what Lightning finds by type, what keeps checkpoint state and the doctor (last) stand alone; the rest is one
+    # group where its first member stands, so Lightning's per-callback cost of every hook is paid 7 times, not 13
+    assert [type(c).__name__ for c in grouped] == [
+        "CallbackGroup", "RandomStates", "PlateauStepOnResume", "RunCheckpoint", "RunCheckpoint",
+        "RecipeEarlyStopping", "LoopDoctor",
+    ]
+    assert [type(c).__name__ for c in grouped[0].members] == [
+        "TrainingPlan", "RunContinuity", "StopOnSignal", "LearningRateMonitor", "MlflowModel",
+        "ConfusionMatrixArtifact", "EpochSummary",
+    ]
+    built = [c for c in grouped if not isinstance(c, CallbackGroup)]
+    assert [type(c).__name__ for c in flat(grouped)] == [
         "TrainingPlan",
         "RunContinuity",
         "StopOnSignal",
+        "LearningRateMonitor",
+        "MlflowModel",
+        "ConfusionMatrixArtifact",
+        "EpochSummary",
         "RandomStates",
         "PlateauStepOnResume",
         "RunCheckpoint",
         "RunCheckpoint",
-        "LearningRateMonitor",
         "RecipeEarlyStopping",
-        "MlflowModel",
-        "ConfusionMatrixArtifact",
-        "EpochSummary",
         "LoopDoctor",
     ]
     assert [c.alias for c in built if type(c).__name__ == "RunCheckpoint"] == ["best", "last"]
-    assert built[5].monitor == "val/acc" and built[5].mode == "max"
-    assert built[8].patience == 5
+    assert built[2].monitor == "val/acc" and built[2].mode == "max"
+    assert built[4].patience == 5
 
 
 @pytest.mark.parametrize(
@@ -94,7 +106,7 @@ def test_the_trainer_of_a_recipe_gets_them_in_that_order(workdir, monkeypatch):
 
     def record(self, **kwargs):
         trainer = original(self, **kwargs)
-        seen.extend(type(c).__name__ for c in trainer.callbacks)
+        seen.extend(type(c).__name__ for c in flat(trainer.callbacks))
         return trainer
 
     monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", record)
@@ -105,11 +117,48 @@ def test_the_trainer_of_a_recipe_gets_them_in_that_order(workdir, monkeypatch):
         "TrainingPlan",
         "RunContinuity",
         "StopOnSignal",
-        "RandomStates",
-        "PlateauStepOnResume",
         "ConfusionMatrixArtifact",
         "EpochSummary",
+        "RandomStates",
+        "PlateauStepOnResume",
         "LoopDoctor",
         "RunCheckpoint",
         "RunCheckpoint",
     ]
+
+
+def test_a_group_calls_each_hook_on_the_members_that_define_it_in_order():
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import Callback
+
+    calls = []
+
+    class First(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            calls.append(("first", batch_idx))
+
+        def setup(self, trainer, pl_module, stage):
+            calls.append(("first setup", stage))
+
+    class Second(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            calls.append(("second", batch_idx))
+
+        def on_train_end(self, trainer, pl_module):
+            calls.append(("second end", trainer.global_step))
+
+    class Stateful(Callback):
+        def state_dict(self):
+            return {"x": 1}
+
+    group = CallbackGroup([First(), Second()])
+    assert group._calls["on_train_batch_end"] and not group._calls["on_validation_end"]
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    trainer = pl.Trainer(max_steps=2, callbacks=[group], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(BoringModel())
+    assert calls == [("first setup", "fit"), ("first", 0), ("second", 0), ("first", 1), ("second", 1),
+                     ("second end", 2)]
+    with pytest.raises(ValueError, match="Stateful keep checkpoint state"):
+        CallbackGroup([First(), Stateful()])
