@@ -41,7 +41,8 @@ class CallbackGroup(Callback):
             raise ValueError(f"CallbackGroup: {', '.join(stateful)} keep checkpoint state: give them to the Trainer")
         self.members = list(members)
         self._state_key = f"CallbackGroup[{','.join(type(m).__name__ for m in self.members)}]"
-        self._calls: dict[str, tuple[Callable[..., Any], ...]] = {
+        #: per hook: the members' bound methods it calls, in order
+        self.hook_calls: dict[str, tuple[Callable[..., Any], ...]] = {
             name: tuple(getattr(m, name) for m in self.members if defines(m, name)) for name in FORWARDED
         }
 
@@ -54,13 +55,13 @@ class CallbackGroup(Callback):
         return next((m for m in self.members if isinstance(m, kind)), None)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        for call in self._calls["setup"]:
+        for call in self.hook_calls["setup"]:
             call(trainer, pl_module, stage)
 
 
 def _forwarder(name: str) -> Callable[..., None]:
     def forward(self: CallbackGroup, *args: Any, **kwargs: Any) -> None:
-        for call in self._calls[name]:
+        for call in self.hook_calls[name]:
             call(*args, **kwargs)
 
     forward.__name__ = forward.__qualname__ = name

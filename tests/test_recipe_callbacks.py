@@ -152,7 +152,7 @@ def test_a_group_calls_each_hook_on_the_members_that_define_it_in_order():
             return {"x": 1}
 
     group = CallbackGroup([First(), Second()])
-    assert group._calls["on_train_batch_end"] and not group._calls["on_validation_end"]
+    assert group.hook_calls["on_train_batch_end"] and not group.hook_calls["on_validation_end"]
     from lightning.pytorch.demos.boring_classes import BoringModel
 
     trainer = pl.Trainer(max_steps=2, callbacks=[group], logger=False, enable_checkpointing=False,
