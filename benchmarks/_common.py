@@ -165,6 +165,33 @@ class LoopTimer(Callback):
         cls.rss = []
 
 
+class NoHostSyncs(Callback):
+    """On CUDA, ``torch.cuda.set_sync_debug_mode("error")`` from the start to the end of every training batch where
+    nothing is read (not a logging step, not the epoch's last batch, not the run's last step): a host-device
+    synchronisation there raises, naming the operation (``tests/test_host_syncs.py`` counts the same reads on CPU).
+    Nothing happens on CPU."""
+
+    @staticmethod
+    def ordinary(trainer: Any) -> bool:
+        from lightning_modules.compat import epoch_batches_done, is_logging_step
+
+        if is_logging_step(trainer) or epoch_batches_done(trainer) or trainer.should_stop:
+            return False
+        return not 0 <= trainer.max_steps <= trainer.global_step + 1
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        import torch
+
+        if pl_module.device.type == "cuda" and self.ordinary(trainer):
+            torch.cuda.set_sync_debug_mode("error")
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        import torch
+
+        if pl_module.device.type == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+
+
 class FitTimer(Callback):
     """Seconds from the first training batch to the end of training, validation, checkpoint writes and logging
     included, and the optimizer steps taken: ``FitTimer.last = {"start", "seconds", "steps"}`` (class-level, read

@@ -13,7 +13,9 @@ Both loops keep the data on the GPU (the recipe with ``device_resident: true``; 
 tensors there), use fused AdamW (the task picks it on CUDA), the same schedule and gradient clipping (norm 1.0),
 and are timed over the training batches of epochs 2..N (not start-up, compilation's first epoch or validation).
 Targets: recipe / raw >= 0.95 for every setting; bf16 >= 1.8x fp32 (recipe). Without CUDA the script says so and
-exits 0 unless ``--device cpu`` asks for the smoke run.
+exits 0 unless ``--device cpu`` asks for the smoke run. On CUDA the recipe runs with ``_common.NoHostSyncs``:
+``torch.cuda.set_sync_debug_mode("error")`` on every training batch that is not a logging step, an epoch's last
+batch or the run's last step, so a host-device sync there stops the benchmark with the operation that made it.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def run_recipe(setting: str, size: dict[str, Any], device_name: str, workdir: Pa
     config.write_text(CONFIG.replace("WIDTHS", str(size["widths"])).replace("N_SAMPLES", str(size["n_samples"]))
                       .replace("BATCH", str(size["batch"])))
     args = ["fit", "-c", str(config), "--trainer.max_epochs", str(size["epochs"]),
-            "--trainer.callbacks+=_common.LoopTimer"]
+            "--trainer.callbacks+=_common.LoopTimer", "--trainer.callbacks+=_common.NoHostSyncs"]
     if device_name == "cpu":
         args += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true"]
     elif setting == "fp32":

@@ -41,7 +41,10 @@ def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
     assert "spiral: recipe / limit = " in out and "spiral: recipe / seeds = " in out
     assert "spiral: recipe / bare = " in out  # the headline: what loopwise adds on top of Lightning
     data = json.loads(out_json.read_text())
-    assert {r["ratio"] for r in data["rows"]} == {"recipe / bare", "recipe / limit", "recipe / seeds"}
+    assert {r["ratio"] for r in data["rows"]} == {"recipe / bare", "recipe / limit", "recipe / seeds", "ms per step"}
+    breakdown = next(r for r in data["rows"] if r["ratio"] == "ms per step")
+    assert breakdown["detail"].startswith("bare ") and "task, callbacks and logging steps" in breakdown["detail"]
+    assert "spiral: per step bare " in out
     rates = data["samples_per_s"]["spiral"]
     assert set(rates) == {"limit", "seeds", "bare", "recipe"} and all(r > 0 for r in rates.values())
 

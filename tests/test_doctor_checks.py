@@ -169,6 +169,31 @@ def test_gradient_norm_check_alone_logs_the_same_norms_as_the_loop_doctor():
     assert all(0 < norm < 10 for _, norm in norms["alone"])
 
 
+def test_the_doctor_reads_the_norm_that_clipping_measured_and_measures_none_itself(monkeypatch):
+    """One gradient norm per step: the task's clipping by norm keeps the norm ``clip_grad_norm_`` returns, the doctor
+    keeps a reference to it; it measures one itself only where it reads before the step's clipping (the optimizer
+    step of a logging step or an epoch's last batch)."""
+    from recipes.doctor import current_step
+
+    measured = []
+    total_gradient_norm = current_step.total_gradient_norm
+    monkeypatch.setattr(current_step, "total_gradient_norm",
+                        lambda optimizer: measured.append(1) or total_gradient_norm(optimizer))
+    clipped = []
+
+    class ClipNorms(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            clipped.append(float(pl_module.gradient_norm))
+
+    L.seed_everything(0)
+    doctor = LoopDoctor(grad_norm_every_n_steps=1, leakage=False)
+    fit(doctor, classifier(), loader(*rows(80, 0)), gradient_clip_val=1.0, max_epochs=2, log_every_n_steps=50,
+        callbacks=[doctor, ClipNorms()])
+    assert len(measured) == 2  # the last batch of each epoch (10 batches each): read before its clipping
+    assert [step for step, _ in doctor.grad_norms] == list(range(20))
+    assert [norm for _, norm in doctor.grad_norms] == pytest.approx(clipped, rel=1e-6)
+
+
 def test_data_wait_check_alone_measures_a_sleepy_loader():
     check = DataWaitCheck(skip_batches=1)
     fit(check, classifier(), DataLoader(SleepyDataset(48, delay=0.004), batch_size=8))  # 32 ms per batch
