@@ -25,6 +25,7 @@ from lightning_modules.compat import (
     mlflow_logger_uploaded_files,
 )
 from recipes.checkpoint_upload import CheckpointUploader, file_identity
+from recipes.held_metrics import HeldMetrics
 from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay, watch_store_failures
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
@@ -169,7 +170,8 @@ class RecipeLogger(MLFlowLogger):
         self._journal_dir: Path | None = None  # <checkpoints_dir>/<experiment>: the run's journal goes below
         self._journal: TrackingJournal | None = None
         self.store_failure: str | None = None  # the first write the store refused, once it has refused one
-        self._held: tuple[int, dict[str, Any]] | None = None  # (step, metrics) not yet handed to MLflow
+        self.held_metrics = HeldMetrics(ASYNC_BUFFER_SECONDS)  # metrics not written yet (recipes/held_metrics.py)
+        self._queued_since_flush = False  # a metric batch went to MLflow's asynchronous queue since the last flush
         self.synchronous = synchronous  # every call written before it returns: nothing held back
         watch_store_failures(self)
 
@@ -233,28 +235,23 @@ class RecipeLogger(MLFlowLogger):
             if not metrics:
                 return
         self.record("metrics", step=step, time=int(time.time() * 1000), values=dict(metrics))
-        if step is not None and self._held is not None and self._held[0] == step:
-            self._held[1].update(metrics)  # the LR monitor and Lightning log the same step: one write for both
+        self.held_metrics.add(dict(metrics), step)
+        if self.synchronous:
+            self.send_held_metrics(synchronous=True)
+        elif self.held_metrics.due():
+            self.send_held_metrics(synchronous=False)
+
+    def send_held_metrics(self, synchronous: bool = True) -> None:
+        """Write the metrics held since the last write as one ``log_batch`` (``recipes.held_metrics``): held for up
+        to 5 s, then queued to MLflow's asynchronous writer; written synchronously at every checkpoint save (the
+        store is never behind a checkpoint) and at the end of the run. With ``synchronous`` nothing is held."""
+        if not len(self.held_metrics):
             return
-        self.send_held_metrics()
-        if step is None or self.synchronous:
-            self._send(dict(metrics), step)
-        else:
-            self._held = (step, dict(metrics))
-
-    def send_held_metrics(self) -> None:
-        """Hand MLflow the metrics held back for the latest step. A step's metrics arrive in several calls (the LR
-        monitor's at the batch start, Lightning's at its end, the epoch's at the epoch end): they are held until a
-        call for another step, a flush or the end of the run, and go out as one ``log_batch`` (each one costs the
-        training thread a queue submission and MLflow a write). The journal has every call at once; with
-        ``synchronous`` nothing is held."""
-        held, self._held = self._held, None
-        if held is not None:
-            self._send(held[1], held[0])
-
-    def _send(self, metrics: dict[str, Any], step: int | None) -> None:
+        if not synchronous:
+            self._queued_since_flush = True
         try:
-            super().log_metrics(metrics, step)
+            for batch in self.held_metrics.take():
+                self.experiment.log_batch(run_id=self.run_id, metrics=batch, synchronous=synchronous)
         except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
             self.store_failed(err)
 
@@ -269,12 +266,17 @@ class RecipeLogger(MLFlowLogger):
         return self._steps_before_resume
 
     def flush_metrics(self) -> None:
-        """Write every metric queued by MLflow's asynchronous logging now (the queue of this logger's store)."""
+        """Write every metric logged so far now: the held ones synchronously, then MLflow's asynchronous queue (when
+        anything went into it since the last flush)."""
         if not mlflow_logger_run_created(self):
             return
-        self.send_held_metrics()
+        self.send_held_metrics(synchronous=True)
         if self._journal is not None:
             self._journal.sync_to_disk()
+        if not self._queued_since_flush:
+            return  # nothing queued since the last flush (best and last are saved back to back): MLflow's flush
+            # restarts its threads and waits for them, a cost to pay once per save moment, not twice
+        self._queued_since_flush = False
         import mlflow
 
         # the store of the global tracking URI, which MLFlowLogger set to its own when it opened the run; the
@@ -325,7 +327,7 @@ class RecipeLogger(MLFlowLogger):
 
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
-        self.send_held_metrics()
+        self.send_held_metrics(synchronous=True)
         if mlflow_logger_run_created(self) and mlflow_logger_log_model(self):
             for callback in self._checkpoint_callbacks.values():
                 self.upload_checkpoints(callback)

@@ -286,3 +286,20 @@ def test_epoch_metrics_survive_a_subclass_that_overrides_epoch_start_hooks_witho
     assert len(per_epoch) == 3
     assert all({"train/acc", "val/acc", "val/auroc"} <= set(m) for m in per_epoch)
     assert len({m["train/acc"] for m in per_epoch}) == 3 and len({m["val/acc"] for m in per_epoch}) >= 2
+
+
+def test_bf16_mixed_clips_a_fused_adamw(tmp_path):
+    """Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales gradients itself (a fused
+    AdamW, which the task builds on CUDA) even with bf16, which has no GradScaler: every GPU recipe (bf16, fused AdamW,
+    gradient_clip_val 1.0) stopped at its first step. The task clips the default way itself and keeps the norm."""
+    import functools
+
+    L.seed_everything(0)
+    x, y = torch.randn(64, 2), torch.randint(0, 3, (64,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    module = ClassificationModule(MLP(2, 3, [8]), 3, optimizer=functools.partial(torch.optim.AdamW, lr=0.01, fused=True))
+    trainer = L.Trainer(max_epochs=1, precision="bf16-mixed", gradient_clip_val=1.0, accelerator="cpu", logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path)
+    trainer.fit(module, loader)
+    assert trainer.global_step == 4 and module.gradient_norm is not None and torch.isfinite(module.gradient_norm)
