@@ -173,11 +173,9 @@ class NoHostSyncs(Callback):
 
     @staticmethod
     def ordinary(trainer: Any) -> bool:
-        from lightning_modules.compat import epoch_batches_done, is_logging_step
+        from lightning_modules.read_steps import is_read_step
 
-        if is_logging_step(trainer) or epoch_batches_done(trainer) or trainer.should_stop:
-            return False
-        return not 0 <= trainer.max_steps <= trainer.global_step + 1
+        return not is_read_step(trainer)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         import torch

@@ -196,7 +196,7 @@ class ClassificationModule(Task):
         super().update_metrics(stage, outputs, targets)
         confusion = self._confusion(stage)
         if confusion is not None:
-            confusion.update(*self.metric_inputs(StepOutput(outputs.new_zeros(()), outputs, targets, len(outputs))))
+            confusion.update(*self.metric_inputs_of(outputs, targets))
 
     def _finish_confusion(self, stage: str) -> None:
         confusion = self._confusion(stage)

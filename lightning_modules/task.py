@@ -22,16 +22,11 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
-from lightning_modules.compat import (
-    attached_trainer,
-    built_from_config,
-    epoch_batches_done,
-    is_compiled_in_place,
-    is_logging_step,
-)
+from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
 from lightning_modules.optim import Constant, Schedule, fused_if_cuda, param_groups, total_optimizer_steps
+from lightning_modules.read_steps import is_read_step
 
 STAGES = ("train", "val", "test")
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity")
@@ -168,8 +163,11 @@ class Task(LightningModule):
     def update_metrics(self, stage: str, outputs: Tensor, targets: Tensor) -> None:
         """Update the ``stage`` metrics with the (outputs, targets) of one or more batches, concatenated: called when
         the metrics are about to be read (``DeferredMetricUpdates``), not once per batch."""
-        out = StepOutput(outputs.new_zeros(()), outputs, targets, len(outputs))
-        getattr(self, f"{stage}_metrics").update(*self.metric_inputs(out))
+        getattr(self, f"{stage}_metrics").update(*self.metric_inputs_of(outputs, targets))
+
+    def metric_inputs_of(self, outputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """``metric_inputs`` of (outputs, targets) kept from one or more batches (no loss at hand)."""
+        return self.metric_inputs(StepOutput(outputs.new_zeros(()), outputs, targets, len(outputs)))
 
     @classmethod
     def data_mismatch(cls, datamodule: Any) -> str | None:
@@ -315,11 +313,7 @@ class Task(LightningModule):
         step), or the epoch or the run ends after it (the epoch line, callbacks and loggers read the epoch's metrics
         then). Always true outside a Trainer's fit loop."""
         trainer = attached_trainer(self)
-        if trainer is None or not trainer.training:
-            return True
-        if is_logging_step(trainer) or epoch_batches_done(trainer) or trainer.should_stop:
-            return True
-        return 0 <= trainer.max_steps <= trainer.global_step + 1
+        return trainer is None or not trainer.training or is_read_step(trainer)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trainer.should_stop:  # set during this batch (a signal, a callback): the epoch ends here

@@ -24,7 +24,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lightning_modules.compat import epoch_batches_done, is_logging_step
+from lightning_modules.read_steps import is_read_step
 from lightning_modules.task import Task
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO
@@ -90,9 +90,7 @@ class OpenWindow(Callback):
         self.reads = reads
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        read_step = is_logging_step(trainer) or epoch_batches_done(trainer) or trainer.should_stop
-        last_step = 0 <= trainer.max_steps <= trainer.global_step + 1
-        self.reads.open("train", batch_idx, not (read_step or last_step))
+        self.reads.open("train", batch_idx, not is_read_step(trainer))
 
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0

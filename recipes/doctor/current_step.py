@@ -28,7 +28,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
-from lightning_modules.compat import epoch_batches_done, is_logging_step
+from lightning_modules.read_steps import is_read_step
 from lightning_modules.batches import split_batch
 from recipes.doctor.base import DoctorCheck, DoctorPart
 from recipes.doctor.findings import FindingsReporter
@@ -189,7 +189,7 @@ class CurrentStep(DoctorPart):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         step = self.current
-        read_now = self.reads_before_this_update(trainer)
+        read_now = is_read_step(trainer)  # read before this update: a non-finite step is stopped before it
         if step is not None and self.measure_gradients:
             measured_later = getattr(pl_module, "clipping_measures_gradient_norm", None)
             if not read_now and callable(measured_later) and measured_later():
@@ -211,14 +211,6 @@ class CurrentStep(DoctorPart):
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if self.record_batch and isinstance(loss, Tensor):
             step.loss, step.loss_scaled = loss.detach(), False  # the step's loss before any GradScaler scaling
-
-    @staticmethod
-    def reads_before_this_update(trainer: pl.Trainer) -> bool:
-        """Whether the kept steps are read before this optimizer step: a logging step, the epoch's last batch, a run
-        that stops, or the run's last step."""
-        if is_logging_step(trainer) or epoch_batches_done(trainer) or trainer.should_stop:
-            return True
-        return 0 <= trainer.max_steps <= trainer.global_step + 1
 
     # --- reading ------------------------------------------------------------------------------------------------
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -1,0 +1,25 @@
+"""Which training steps have their values read back to the host.
+
+A training step reads nothing back from the device (``Task``, the loop doctor): the values of the steps in between
+are kept on the device and read at these steps, which is where a per-step read would have been seen anyway: the
+steps whose values Lightning writes to the loggers (every ``log_every_n_steps``), the epoch's last batch (the epoch
+line, epoch metrics and the validation that follows read them), a run that is stopping, and the run's last step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_modules.compat import epoch_batches_done, is_logging_step
+
+
+def is_read_step(trainer: Any) -> bool:
+    """Whether the training batch in progress is a step whose values are read back: a logging step, the epoch's last
+    batch, a stopping run or the run's last step. The same answer from ``on_train_batch_start`` to the optimizer
+    step of that batch."""
+    if is_logging_step(trainer) or epoch_batches_done(trainer) or trainer.should_stop:
+        return True
+    return 0 <= trainer.max_steps <= trainer.global_step + 1
+
+
+__all__ = ["is_read_step"]
