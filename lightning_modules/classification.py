@@ -11,6 +11,7 @@ from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Score
 
 from lightning_modules.batches import batch_length, split_batch
+from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.task import StepOutput, Task
 
 
@@ -131,7 +132,7 @@ class ClassificationModule(Task):
         return None
 
     def check_data(self, datamodule: Any) -> None:
-        self.check_data_size(datamodule, "num_classes", "{} classes")
+        check_data_size(self, datamodule, "num_classes", "{} classes")
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
@@ -161,7 +162,7 @@ class ClassificationModule(Task):
     def logits(self, inputs: Any) -> Tensor:
         """Network output, checked against the expected width; binary logits are squeezed to ``(batch,)``."""
         logits = self.run_model(inputs)
-        self.check_output_shape(
+        check_output_shape(
             logits,
             ("batch", self.out_features),
             f"ClassificationModule(task={self.task!r}, num_classes={self.num_classes})",

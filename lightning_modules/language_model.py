@@ -13,6 +13,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.text import Perplexity
 
 from lightning_modules.batches import batch_length, split_batch
+from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.task import StepOutput, Task, initial_loss_wording
 
 
@@ -88,12 +89,12 @@ class LanguageModelModule(Task):
         return initial_loss_wording(expected, int(self.vocab_size), "vocabulary size")
 
     def check_data(self, datamodule: Any) -> None:
-        self.check_data_size(datamodule, "vocab_size", "vocab_size={}", network="the network's")
+        check_data_size(self, datamodule, "vocab_size", "vocab_size={}", network="the network's")
 
     def logits(self, inputs: Any) -> Tensor:
         """Next-token logits ``(batch, time, vocab_size)``, checked against the vocabulary size."""
         logits = self.run_model(inputs)
-        self.check_output_shape(
+        check_output_shape(
             logits, ("batch", "time", self.vocab_size), f"LanguageModelModule(vocab_size={self.vocab_size})"
         )
         return logits

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 from torch import nn
@@ -27,31 +28,57 @@ NORM_LAYERS: tuple[type[nn.Module], ...] = (
 )
 
 
-def param_groups(model: nn.Module) -> list[dict[str, Any]]:
-    """Split trainable parameters into a weight-decay group and a no-decay group.
+def param_groups(
+    model: nn.Module,
+    lr_factors: Mapping[str, tuple[float, str]] | None = None,
+    also_frozen: Collection[nn.Parameter] = (),
+) -> list[dict[str, Any]]:
+    """Split trainable parameters into a weight-decay group and a no-decay group, per learning-rate part.
 
     Biases, norm-layer weights and any other parameter with fewer than two dimensions get ``weight_decay=0``;
     every other weight keeps the optimizer's configured weight decay (the group carries no ``weight_decay`` key,
     so the optimizer's own default applies).
+
+    ``lr_factors`` (parameter name -> (factor, part label), from ``LearningRateParts.factors``) splits the groups
+    further by part: a group named "<part>/decay" carries ``lr_factor`` (applied by ``apply_lr_factors`` once the
+    optimizer exists). ``also_frozen``: parameters without ``requires_grad`` that go into the groups anyway (frozen
+    now, unfrozen on schedule: the optimizer skips a parameter without a gradient, and the schedule built now covers
+    it from the first step).
     """
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
+    frozen_ids = {id(p) for p in also_frozen}
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
     seen: set[int] = set()
     for module in model.modules():
         for name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad or id(param) in seen:
+            if id(param) in seen or not (param.requires_grad or id(param) in frozen_ids):
                 continue
             seen.add(id(param))
-            if isinstance(module, NORM_LAYERS) or name.endswith("bias") or param.ndim < 2:
-                no_decay.append(param)
-            else:
-                decay.append(param)
-    groups: list[dict[str, Any]] = []
-    if decay:
-        groups.append({"params": decay, "name": "decay"})
-    if no_decay:
-        groups.append({"params": no_decay, "weight_decay": 0.0, "name": "no_decay"})
-    return groups
+            kind = "no_decay" if isinstance(module, NORM_LAYERS) or name.endswith("bias") or param.ndim < 2 else "decay"
+            factor, part = (lr_factors or {}).get(names.get(id(param), ""), (1.0, ""))
+            key = (part, kind)
+            if key not in groups:
+                group: dict[str, Any] = {"params": [], "name": f"{part}/{kind}" if part else kind}
+                if kind == "no_decay":
+                    group["weight_decay"] = 0.0
+                if factor != 1.0:
+                    group["lr_factor"] = factor
+                groups[key] = group
+            groups[key]["params"].append(param)
+    # the default layout first ("decay", then "no_decay"), then each part in the network's order
+    parts = list(dict.fromkeys(part for part, _ in groups))
+    order = sorted(groups, key=lambda key: (key[0] != "", parts.index(key[0]), key[1] == "no_decay"))
+    return [groups[key] for key in order]
+
+
+def apply_lr_factors(optimizer: Optimizer) -> Optimizer:
+    """Multiply the learning rate of each group carrying ``lr_factor`` by it (once, before a schedule is built)."""
+    for group in optimizer.param_groups:
+        factor = group.get("lr_factor")
+        if factor is not None and not group.get("lr_factor_applied"):
+            group["lr"] = group["lr"] * factor
+            group["lr_factor_applied"] = True
+    return optimizer
 
 
 def fused_if_cuda(optimizer: Optimizer, device_type: str | None = None) -> Optimizer:
@@ -213,7 +240,10 @@ class OneCycle(Schedule):
         self, optimizer: Optimizer, total_steps: int | None, monitor: str, mode: Literal["min", "max"]
     ) -> dict[str, Any] | None:
         assert total_steps is not None
-        max_lr = self.max_lr if self.max_lr is not None else [g["lr"] for g in optimizer.param_groups]
+        if self.max_lr is None:
+            max_lr: float | list[float] = [g["lr"] for g in optimizer.param_groups]
+        else:  # a part with its own learning-rate factor peaks at that fraction of max_lr
+            max_lr = [self.max_lr * g.get("lr_factor", 1.0) for g in optimizer.param_groups]
         scheduler = OneCycleLR(
             optimizer,
             max_lr=max_lr,
@@ -304,6 +334,7 @@ __all__ = [
     "Plateau",
     "Schedule",
     "WarmupCosine",
+    "apply_lr_factors",
     "param_groups",
     "total_optimizer_steps",
     "warmup_cosine_factor",

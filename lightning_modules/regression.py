@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
 
 from lightning_modules.batches import batch_length, split_batch
+from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.task import StepOutput, Task
 
 
@@ -79,7 +80,7 @@ class RegressionModule(Task):
         return None
 
     def check_data(self, datamodule: Any) -> None:
-        self.check_data_size(datamodule, "out_features", "{} target(s)")
+        check_data_size(self, datamodule, "out_features", "{} target(s)")
 
     def on_train_start(self) -> None:
         if self.standardize_targets and not bool(self.target_stats_fitted):
@@ -119,7 +120,7 @@ class RegressionModule(Task):
         raw = self.run_model(inputs)
         if raw.ndim == 1:
             raw = raw.unsqueeze(-1)
-        self.check_output_shape(
+        check_output_shape(
             raw, ("batch", self.out_features), f"RegressionModule(out_features={self.out_features})", exact_ndim=False
         )
         raw = raw * self.target_std + self.target_mean

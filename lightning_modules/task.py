@@ -11,11 +11,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
-from lightning.pytorch import LightningModule
+from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.cli import OptimizerCallable
 
 from torch import Tensor, nn
@@ -25,32 +24,14 @@ from lightning_modules.batches import to_channels_last
 from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
-from lightning_modules.optim import Constant, Schedule, fused_if_cuda, param_groups, total_optimizer_steps
+from lightning_modules.fine_tuning import FineTuning
+from lightning_modules.initial_weights import InitialWeights, WeightsReport
+from lightning_modules.optim import Constant, Schedule, apply_lr_factors, fused_if_cuda, total_optimizer_steps
 from lightning_modules.read_steps import is_read_step
+from lightning_modules.step_output import StepOutput, initial_loss_wording
 
 STAGES = ("train", "val", "test")
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity")
-
-
-@dataclass
-class StepOutput:
-    """What a task's ``forward_batch`` returns for one batch."""
-
-    loss: Tensor
-    outputs: Tensor
-    targets: Tensor
-    batch_size: int
-
-
-def initial_loss_wording(expected: float, outcomes: int | None = None, what: str = "classes") -> str:
-    """How the loop doctor's initial-loss message words an expected loss.
-
-    "ln(10) = 2.303 expected at initialization for 10 classes" when ``expected`` is ln(``outcomes``), the cross
-    entropy of a uniform guess over that many ``what``; "2.303 expected at initialization" otherwise.
-    """
-    if outcomes is not None and outcomes >= 1 and math.isclose(expected, math.log(outcomes)):
-        return f"ln({outcomes}) = {expected:.3f} expected at initialization for {outcomes} {what}"
-    return f"{expected:.3f} expected at initialization"
 
 
 class Task(LightningModule):
@@ -69,6 +50,18 @@ class Task(LightningModule):
         channels_last: Keep the network's 4-D weights and 4-D floating-point input batches in channels-last memory
             format (faster convolutions with mixed precision on GPUs; results are the same). Other tensors and
             networks without 4-D weights are untouched.
+        init_from: Initial weights of the network: a ``.ckpt`` (a loopwise run's, or any Lightning checkpoint), a
+            state-dict file (``.pt``, ``.safetensors``), or ``mlflow:<run id>/best|last`` (``recipes`` fetches it);
+            a file name, or ``InitialWeights`` with key mapping (``strip_prefix``, ``add_prefix``, ``into``,
+            ``exclude``, ``strict``). Loaded weights-only at setup of a run that does not restore a checkpoint; a
+            mismatch of names or shapes is an error naming them. What was loaded is in ``weights_report``.
+        freeze: Module name patterns of the network to freeze (``fnmatch``; "features" also names everything under
+            it). Frozen norm layers stay in eval mode. Lightning's ``BaseFinetuning`` does the freezing.
+        unfreeze_at_epoch: When frozen parts train: never (``None``), all from one epoch on (an int, 0-based), or
+            per pattern ({"blocks.3": 2, "blocks.2": 4}, gradual; a pattern left out stays frozen).
+        lr_multipliers: Parameter name pattern -> factor of the learning rate ({"features": 0.1}); first match wins.
+        layerwise_lr_decay: Factor per block, from the top, of the network's stack of blocks (0.75: the last block
+            trains at 0.75x, the one below at 0.56x, the embeddings at 0.75**(n+1)x; the head at 1x).
 
     On CUDA the optimizer is built with ``fused=True`` when its class supports it and the config leaves ``fused``
     and ``foreach`` unset (``optimizer.init_args.fused: false`` keeps the default implementation).
@@ -96,6 +89,11 @@ class Task(LightningModule):
         monitor_mode: Literal["min", "max"] | None = None,
         compile: bool = False,
         channels_last: bool = False,
+        init_from: str | InitialWeights | None = None,
+        freeze: list[str] | None = None,
+        unfreeze_at_epoch: int | dict[str, int] | None = None,
+        lr_multipliers: dict[str, float] | None = None,
+        layerwise_lr_decay: float | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
@@ -107,6 +105,8 @@ class Task(LightningModule):
         ignore = list(self.prediction_options) + ([] if from_config else ["model", "optimizer", "schedule"])
         self.save_hyperparameters(ignore=ignore, logger=False)
         self.model = model
+        #: the fine-tuning arguments, checked against the network now (a pattern that names nothing is an error)
+        self.fine_tuning = FineTuning(model, init_from, freeze, unfreeze_at_epoch, lr_multipliers, layerwise_lr_decay)
         self.optimizer = optimizer
         self.schedule = schedule if schedule is not None else Constant()
         self.monitor = monitor or self.default_monitor
@@ -178,32 +178,6 @@ class Task(LightningModule):
     def check_data(self, datamodule: Any) -> None:
         """Raise ``ValueError`` when the data module's description contradicts the task (called at setup)."""
 
-    def check_data_size(
-        self, datamodule: Any, name: str, data_says: str, network: str = "the network's output width"
-    ) -> None:
-        """Raise ``ValueError`` when ``datamodule.<name>`` is known and differs from this task's ``<name>``.
-
-        The message reads "<DataModule> has <data_says> but <Task> has <name>=<value>: set model.init_args.<name>
-        (and <network>) to <data value>"; ``data_says`` is formatted with the data module's value ("{} classes").
-        """
-        data_value = getattr(datamodule, name, None)
-        mine = getattr(self, name)
-        if data_value is not None and data_value != mine:
-            raise ValueError(
-                f"{type(datamodule).__name__} has {data_says.format(data_value)} but {type(self).__name__} has "
-                f"{name}={mine}: set model.init_args.{name} (and {network}) to {data_value}"
-            )
-
-    def check_output_shape(
-        self, outputs: Tensor, expected: tuple[str | int, ...], task: str, hint: str = "", exact_ndim: bool = True
-    ) -> None:
-        """Raise ``ValueError`` unless the network's ``outputs`` have ``len(expected)`` dimensions (unless not
-        ``exact_ndim``) and the last one's size ``expected[-1]``: "<task> expects the network to output shape
-        (batch, 3), got (8, 5)<hint>"."""
-        if (exact_ndim and outputs.ndim != len(expected)) or outputs.shape[-1] != expected[-1]:
-            shape = ", ".join(str(size) for size in expected)
-            raise ValueError(f"{task} expects the network to output shape ({shape}), got {tuple(outputs.shape)}{hint}")
-
     # --- what the loop doctor asks a task ------------------------------------------------------------------
     def expected_initial_loss(self) -> float | None:
         """The loss a freshly initialized network should have on its first batch, or ``None`` when there is none.
@@ -221,6 +195,8 @@ class Task(LightningModule):
         """
         classes = getattr(self, "num_classes", None)
         if getattr(self, "task", None) != "multiclass" or not isinstance(classes, int) or classes < 2:
+            return None
+        if self.fine_tuning.starts_pretrained:  # loaded weights: the first loss is no fresh network's
             return None
         return math.log(classes)
 
@@ -268,10 +244,34 @@ class Task(LightningModule):
             if reason:
                 raise ValueError(reason)
             self.check_data(datamodule)
+        if trainer is None or not getattr(trainer, "ckpt_path", None):  # a restored checkpoint brings its own weights
+            self.load_initial_weights()
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)  # 4-D parameters only; Lightning's .to keeps it
         if self.compile_network and not is_compiled_in_place(self.model):
             self.model.compile()
+
+    def load_initial_weights(self, path: str | None = None) -> WeightsReport | None:
+        """Load ``init_from`` (or ``path``, a local copy of it) into the network now, once (setup calls it; a
+        checkpoint's weights restored before count as loaded). Returns the ``weights_report``."""
+        return self.fine_tuning.load_weights(path)
+
+    @property
+    def weights_report(self) -> WeightsReport | None:
+        """What loading ``init_from`` did: keys loaded, missing, unexpected, of another shape (``None`` before)."""
+        return self.fine_tuning.weights_report
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.fine_tuning.weights_in_place = True  # the checkpoint's weights replace any initial ones
+
+    def configure_callbacks(self) -> list[Callback]:
+        return self.fine_tuning.callbacks()
+
+    def train(self, mode: bool = True) -> Task:
+        super().train(mode)
+        for layer in self.fine_tuning.frozen_norm_layers():  # frozen: pretrained running statistics, not the batch's
+            layer.eval()
+        return self
 
     def _shared_step(self, batch: Any, stage: str, batch_idx: int | None = None) -> StepOutput:
         out = self.forward_batch(batch)
@@ -376,7 +376,7 @@ class Task(LightningModule):
         return clips_by_norm_the_default_way(trainer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
 
     def configure_optimizers(self) -> Any:
-        optimizer = fused_if_cuda(self.optimizer(param_groups(self)))
+        optimizer = fused_if_cuda(apply_lr_factors(self.optimizer(self.fine_tuning.param_groups(self))))
         total_steps = None
         if self.schedule.needs_total_steps:
             total_steps = total_optimizer_steps(self.trainer.estimated_stepping_batches, self.schedule)

@@ -33,6 +33,7 @@ from recipes.checkpoint_locations import resolve_checkpoint
 from recipes.data_sizes import DataSizeError, DataSizes, data_size_error
 from recipes.device_settings import DeviceSettingError, apply_device_settings
 from recipes.evaluation_interruptions import EvaluationStopped
+from recipes.initial_weights_record import load_task_initial_weights
 from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
 from recipes.run_continuity import continue_stamped_run
 from recipes.run_lock import RunLocked, hold_run_lock
@@ -269,6 +270,12 @@ class RecipesCLI(SubcommandErrorHook, LightningCLI):
                 raise RecipeInputError(str(size_error)) from err
             raise RecipeInputError(concise_error(size_error or err)) from err
         self.data_sizes.prune_hyperparameters(self.model)
+        cfg = self.subcommand_config
+        if cfg is not None and not cfg.get("ckpt_path"):  # a restored checkpoint brings its own weights
+            try:
+                load_task_initial_weights(self.model, experiment_name(cfg), cfg.checkpoints_dir, tracking_uri(cfg))
+            except INPUT_ERRORS as err:
+                raise RecipeInputError(str(err)) from None
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         cfg = self.subcommand_config

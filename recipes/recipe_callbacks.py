@@ -26,6 +26,7 @@ from recipes.checkpoint_locations import RunCheckpoint
 from recipes.confusion_matrix import ConfusionMatrixArtifact
 from recipes.early_stopping import RecipeEarlyStopping
 from recipes.evaluation_interruptions import StopEvaluationOnSignal
+from recipes.initial_weights_record import InitialWeightsRecord
 from recipes.interruptions import StopOnSignal
 from recipes.plateau_resume import PlateauStepOnResume
 from recipes.model_logging import MlflowModel
@@ -76,6 +77,12 @@ EVALUATION = ("fit", "validate", "test")
 RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
     CallbackSlot(
         "training_plan", FIT, lambda run: TrainingPlan(), "first, so the plan prints before the epoch lines"
+    ),
+    CallbackSlot(
+        "initial_weights_record",
+        FIT,
+        lambda run: InitialWeightsRecord(),
+        "what init_from loaded and what was trainable when, in the MLflow run",
     ),
     CallbackSlot("run_continuity", FIT, lambda run: RunContinuity(), "stamps checkpoints with the MLflow run"),
     CallbackSlot("stop_on_signal", FIT, lambda run: StopOnSignal(), "SIGTERM/SIGINT: last.ckpt, run KILLED"),

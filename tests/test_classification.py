@@ -115,7 +115,8 @@ def test_plain_trainer_learns_the_spiral_and_checkpoint_round_trips(tmp_path):
     trainer.save_checkpoint(path)
     # a module built in Python keeps plain hyperparameters; the network is passed again when loading
     assert set(module.hparams) == {"num_classes", "task", "label_smoothing", "class_weights", "monitor", "monitor_mode", "compile",
-                                   "channels_last"}
+                                   "channels_last", "init_from", "freeze", "unfreeze_at_epoch", "lr_multipliers",
+                                   "layerwise_lr_decay"}
     loaded = ClassificationModule.load_from_checkpoint(path, model=MLP(2, 3, [32, 32]))
     x = dm.datasets["val"].tensors[0]
     module.eval(), loaded.eval()

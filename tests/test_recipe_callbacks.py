@@ -30,6 +30,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
     names = callback_names(run_of("fit"))
     assert names == [
         "training_plan",
+        "initial_weights_record",
         "run_continuity",
         "stop_on_signal",
         "random_states",
@@ -53,12 +54,13 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "RecipeEarlyStopping", "LoopDoctor",
     ]
     assert [type(c).__name__ for c in grouped[0].members] == [
-        "TrainingPlan", "RunContinuity", "StopOnSignal", "LearningRateMonitor", "MlflowModel",
+        "TrainingPlan", "InitialWeightsRecord", "RunContinuity", "StopOnSignal", "LearningRateMonitor", "MlflowModel",
         "ConfusionMatrixArtifact", "EpochSummary",
     ]
     built = [c for c in grouped if not isinstance(c, CallbackGroup)]
     assert [type(c).__name__ for c in flat(grouped)] == [
         "TrainingPlan",
+        "InitialWeightsRecord",
         "RunContinuity",
         "StopOnSignal",
         "LearningRateMonitor",
@@ -111,10 +113,11 @@ def test_the_trainer_of_a_recipe_gets_them_in_that_order(workdir, monkeypatch):
 
     monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", record)
     cli.main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1"])
-    ours = [name for name in seen if name not in ("ModelSummary", "TQDMProgressBar", "RichProgressBar")]
+    ours = [name for name in seen if name not in ("ModelSummary", "RichModelSummary", "TQDMProgressBar", "RichProgressBar")]
     # fast_dev_run builds no logger (no LR monitor); Lightning moves checkpoint callbacks after all others
     assert ours == [
         "TrainingPlan",
+        "InitialWeightsRecord",
         "RunContinuity",
         "StopOnSignal",
         "ConfusionMatrixArtifact",
