@@ -23,6 +23,24 @@ from lightning_modules.optim import param_groups
 TRACKED_REFERENCE_PREFIXES = ("mlflow:", "run:")
 
 
+class LoadInitialWeights(Callback):
+    """Load a task's ``init_from`` when a run starts (fit, validate, test or predict), unless a checkpoint was
+    restored into it first (``Task.on_load_checkpoint``): Lightning restores a ``ckpt_path`` after ``setup``, before
+    these hooks, so a resumed or evaluated checkpoint never needs the initial file."""
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        pl_module.load_initial_weights()
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        pl_module.load_initial_weights()
+
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        pl_module.load_initial_weights()
+
+    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+        pl_module.load_initial_weights()
+
+
 class FineTuning:
     """A task's fine-tuning arguments, checked against its network (see ``Task`` for their meaning)."""
 
@@ -76,8 +94,10 @@ class FineTuning:
         return param_groups(task, factors, frozen)
 
     def callbacks(self) -> list[Callback]:
-        """The callbacks the task hands Lightning (``configure_callbacks``): the freeze schedule, if any."""
-        return [self.freeze_schedule] if self.freeze_schedule is not None else []
+        """The callbacks the task hands Lightning (``configure_callbacks``): loading ``init_from`` and the freeze
+        schedule, where they apply."""
+        loader: list[Callback] = [LoadInitialWeights()] if self.initial_weights is not None else []
+        return loader + ([self.freeze_schedule] if self.freeze_schedule is not None else [])
 
     def frozen_norm_layers(self) -> list[nn.Module]:
         """Norm layers frozen right now: kept in eval mode."""
@@ -105,4 +125,4 @@ class FineTuning:
         return out
 
 
-__all__ = ["FineTuning", "TRACKED_REFERENCE_PREFIXES"]
+__all__ = ["FineTuning", "LoadInitialWeights", "TRACKED_REFERENCE_PREFIXES"]

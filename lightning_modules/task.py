@@ -53,7 +53,7 @@ class Task(LightningModule):
         init_from: Initial weights of the network: a ``.ckpt`` (a loopwise run's, or any Lightning checkpoint), a
             state-dict file (``.pt``, ``.safetensors``), or ``mlflow:<run id>/best|last`` (``recipes`` fetches it);
             a file name, or ``InitialWeights`` with key mapping (``strip_prefix``, ``add_prefix``, ``into``,
-            ``exclude``, ``strict``). Loaded weights-only at setup of a run that does not restore a checkpoint; a
+            ``exclude``, ``strict``). Loaded weights-only when a run starts that does not restore a checkpoint; a
             mismatch of names or shapes is an error naming them. What was loaded is in ``weights_report``.
         freeze: Module name patterns of the network to freeze (``fnmatch``; "features" also names everything under
             it). Frozen norm layers stay in eval mode. Lightning's ``BaseFinetuning`` does the freezing.
@@ -244,16 +244,14 @@ class Task(LightningModule):
             if reason:
                 raise ValueError(reason)
             self.check_data(datamodule)
-        if trainer is None or not getattr(trainer, "ckpt_path", None):  # a restored checkpoint brings its own weights
-            self.load_initial_weights()
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)  # 4-D parameters only; Lightning's .to keeps it
         if self.compile_network and not is_compiled_in_place(self.model):
             self.model.compile()
 
     def load_initial_weights(self, path: str | None = None) -> WeightsReport | None:
-        """Load ``init_from`` (or ``path``, a local copy of it) into the network now, once (setup calls it; a
-        checkpoint's weights restored before count as loaded). Returns the ``weights_report``."""
+        """Load ``init_from`` (or ``path``, a local copy of it) into the network now, once (a run's start calls it;
+        a checkpoint's weights restored before count as loaded). Returns the ``weights_report``."""
         return self.fine_tuning.load_weights(path)
 
     @property
