@@ -141,3 +141,15 @@ def test_fast_dev_run_does_not_load_mlflow(workdir):
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert "MLFLOW False" in out.stdout
     assert not (workdir / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_fine_tuning_from_digits_0_4_beats_training_from_scratch_on_5_9(bench, capsys):
+    """The benchmark's claim with a looser bound: 3 seeds of the 5 it reports (there: +0.020, 5 wins of 5)."""
+    fine_tuning = bench("fine_tuning.py")
+    result = fine_tuning.main(["--seeds", "3", "--variants", "scratch", "pretrained", "--no-write"])
+    scratch, pretrained = result["accuracies"]["scratch"], result["accuracies"]["pretrained"]
+    assert result["source_accuracy"] >= 0.98 and result["train_images"] == 50 and result["test_images"] == 449
+    assert sum(pretrained) / 3 >= sum(scratch) / 3 + 0.005
+    assert sum(p > s for p, s in zip(pretrained, scratch)) >= 2
+    assert "| pretrained |" in capsys.readouterr().out
