@@ -50,6 +50,8 @@ PRIVATE_NAMES: dict[str, str] = {
     "mlflow_logger_*": "MLFlowLogger._initialized, _log_model, _checkpoint_callback, _logged_model_time, "
     "_log_batch_kwargs, _experiment_name",
     "checkpoint_state_key": "Callback._generate_state_key",
+    "ConfigDumpWithInitArgs": "LightningCLI._dump_config (reuses config_dump when set) and cli._set_dict_nested "
+    "(writes instantiation-link values into <class>.init_args of the dump)",
 }
 
 
@@ -199,8 +201,37 @@ class SubcommandErrorHook:
             self.on_subcommand_error(subcommand, err)
 
 
+class ConfigDumpWithInitArgs:
+    """Mixin for a ``LightningCLI`` subclass: a network whose every argument is a linked size (``TinyNet(num_classes)``)
+    can be built.
+
+    Lightning writes the values of instantiation links into the module's hyperparameters at
+    ``<class>.init_args.<name>`` of its config dump, and fails ("Expected key model.init_args.num_classes to be in
+    data") where jsonargparse's dump left out a class's ``init_args`` because all of them are link targets. This
+    mixin makes the dump once, as Lightning does, with an empty ``init_args`` beside every ``class_path`` lacking one.
+    """
+
+    def _dump_config(self) -> None:
+        if not hasattr(self, "config_dump"):
+            super()._dump_config()  # type: ignore[misc]
+            add_missing_init_args(self.config_dump)  # type: ignore[attr-defined]
+
+
+def add_missing_init_args(node: Any) -> None:
+    """Give every mapping with a ``class_path`` and no ``init_args`` an empty ``init_args`` (in place)."""
+    if isinstance(node, dict):
+        if "class_path" in node and node.get("init_args") is None:
+            node["init_args"] = {}
+        for value in node.values():
+            add_missing_init_args(value)
+    elif isinstance(node, list):
+        for value in node:
+            add_missing_init_args(value)
+
+
 __all__ = [
     "BATCH_AND_INSTANCE_NORM",
+    "ConfigDumpWithInitArgs",
     "PRIVATE_NAMES",
     "CheckpointPath",
     "SubcommandErrorHook",

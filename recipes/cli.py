@@ -25,7 +25,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
-from lightning_modules.compat import SubcommandErrorHook
+from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook
 from recipes.callbacks import LoopDoctor
 from recipes.checkpoint_files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoint_io import with_atomic_checkpoint_io
@@ -95,7 +95,7 @@ def loop_started(trainer: Trainer) -> bool:
     return any(p.total.started > 0 for p in progresses)
 
 
-class RecipesCLI(SubcommandErrorHook, LightningCLI):
+class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
     """LightningCLI with MLflow tracking, per-run checkpoints and the loop's defaults switched on.
 
     In order: parse (``add_arguments_to_parser``), check (``parse_arguments``: tracking, ``--ckpt_path``), build

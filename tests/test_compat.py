@@ -240,6 +240,23 @@ def test_subcommand_error_hook_sees_the_error_of_fit(tmp_path: Path) -> None:
     assert seen == [("fit", "broken step")], upgrade_message("SubcommandErrorHook")
 
 
+@probes("ConfigDumpWithInitArgs")
+def test_a_network_whose_every_argument_is_a_linked_size_builds(tmp_path: Path, monkeypatch) -> None:
+    from recipes.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "net.yaml").write_text(
+        "model:\n  class_path: lightning_modules.ClassificationModule\n  init_args:\n    model:\n"
+        "      class_path: tests.stand_in_backbones.TinyResNet\n"
+        "data:\n  class_path: datamodules.DigitsDataModule\n"
+    )
+    try:
+        main(["fit", "-c", "net.yaml", "--trainer.fast_dev_run", "1"])  # num_classes and in_channels both linked
+    except SystemExit as err:
+        raise AssertionError(upgrade_message("ConfigDumpWithInitArgs")) from err
+
+
 @probes("checkpoint_state_key")
 def test_checkpoint_state_key_is_what_lightning_stores() -> None:
     callback = ModelCheckpoint(monitor="val/acc", mode="max")
