@@ -23,6 +23,7 @@ from recipes.doctor import (
     NonFiniteCheck,
     ScheduleCheck,
     TrainEvalModeCheck,
+    UnusedParametersCheck,
 )
 
 from test_loop_doctor import ForcesTrainMode, SleepyDataset
@@ -239,13 +240,14 @@ def test_the_doctor_holds_only_the_enabled_checks_and_forwards_only_their_hooks(
     everything = LoopDoctor()
     assert [type(part).__name__ for part in everything.parts] == [
         "CurrentStep", "TrainEvalModeCheck", "LeakageCheck", "DataWaitCheck", "NonFiniteCheck", "InitialLossCheck",
-        "GradientNormCheck", "ScheduleCheck",
+        "GradientNormCheck", "ScheduleCheck", "UnusedParametersCheck",
     ]
     # inside the doctor the checks read the shared step: none records a batch itself
     assert "on_before_backward" not in everything.checks["non_finite"].hooks()
     assert everything.checks["non_finite"].step is everything.parts[0]
 
-    only_norms = LoopDoctor(initial_loss=False, non_finite=False, data_wait=False, leakage=False, mode_check=False)
+    only_norms = LoopDoctor(initial_loss=False, non_finite=False, data_wait=False, leakage=False, mode_check=False,
+                            unused_parameters=False)
     step = only_norms.parts[0]
     # gradients only: no loss recorded in on_before_backward; the steps are kept and read at the read hooks
     assert isinstance(step, CurrentStep) and step.hooks() == (
@@ -256,7 +258,7 @@ def test_the_doctor_holds_only_the_enabled_checks_and_forwards_only_their_hooks(
 
     nothing = LoopDoctor(
         initial_loss=False, non_finite=False, grad_norm=False, data_wait=False, leakage=False,
-        schedule_check=False, mode_check=False,
+        schedule_check=False, mode_check=False, unused_parameters=False,
     )
     assert nothing.parts == [] and nothing.grad_norms == [] and nothing.leakage_overlap is None
 
@@ -282,4 +284,35 @@ def test_the_doctor_keeps_its_constructor():
         "grad_norm": True, "grad_norm_every_n_steps": 25, "grad_norm_window": 10, "grad_norm_clip_factor": 5.0,
         "data_wait": True, "data_wait_threshold": 0.3, "data_wait_skip_batches": 3, "leakage": True,
         "leakage_max_samples": 1_000_000, "schedule_check": True, "mode_check": True,
+        "unused_parameters": True,
     }
+
+
+class WithSpareHead(torch.nn.Module):
+    """An MLP and a second head that forward never calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = MLP(2, 3, [8])
+        self.spare = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def test_unused_parameters_are_named_and_frozen_ones_are_not_mistaken_for_them():
+    data = loader(*rows(32, 0))
+    check = UnusedParametersCheck()
+    fit(check, ClassificationModule(WithSpareHead(), num_classes=3), data)
+    assert check.unused == ["model.spare.weight", "model.spare.bias"]
+    [finding] = check.findings
+    assert finding.step == 0 and "2 trainable tensor(s) (12 parameters) got no gradient" in finding.message
+    assert "model.spare.weight, model.spare.bias" in finding.message
+    # frozen on purpose (the task's freeze), whether unused or used: not reported
+    for frozen in (["spare"], ["spare", "body.net.0"]):
+        check = UnusedParametersCheck()
+        fit(check, ClassificationModule(WithSpareHead(), num_classes=3, freeze=frozen), data)
+        assert check.unused == [] and check.findings == [], frozen
+    doctor = LoopDoctor(unused_parameters=False)
+    fit(doctor, ClassificationModule(WithSpareHead(), num_classes=3), data)
+    assert "unused_parameters" not in doctor.checks

@@ -21,6 +21,8 @@ callback of its own, usable alone in ``Trainer(callbacks=[...])``:
   (checked at the end of the first epoch with a validation, before Lightning steps the scheduler).
 - ``mode`` (``TrainEvalModeCheck``): validation must run with every module in eval mode and training must resume
   with the modules that trained before back in train mode (002: "the model trains in eval mode without error").
+- ``unused_parameters`` (``UnusedParametersCheck``): trainable parameters without a gradient at the first optimizer
+  step (the loss never reaches them, so they never change); frozen parameters are left alone.
 
 Every finding is kept in ``findings``, warned (``LoopDoctorWarning``) and, with an MLflow logger, set as the run tag
 ``doctor.<check>`` (``findings.FindingsReporter``).
@@ -38,6 +40,7 @@ from recipes.doctor.non_finite import NonFiniteCheck, NonFiniteError
 from recipes.doctor.sample_hashing import sample_hashes
 from recipes.doctor.schedule import ScheduleCheck, ScheduleError
 from recipes.doctor.train_eval_mode import TrainEvalModeCheck
+from recipes.doctor.unused_parameters import UnusedParametersCheck
 
 __all__ = [
     "CHECKS",
@@ -58,5 +61,6 @@ __all__ = [
     "ScheduleError",
     "StepCheck",
     "TrainEvalModeCheck",
+    "UnusedParametersCheck",
     "sample_hashes",
 ]

@@ -26,6 +26,7 @@ from recipes.doctor.leakage import LeakageCheck
 from recipes.doctor.non_finite import NonFiniteCheck
 from recipes.doctor.schedule import ScheduleCheck
 from recipes.doctor.train_eval_mode import TrainEvalModeCheck
+from recipes.doctor.unused_parameters import UnusedParametersCheck
 
 # the hooks LoopDoctor forwards to its parts (a part needing another one is a programming error, see _assemble)
 FORWARDED_HOOKS = (
@@ -81,6 +82,8 @@ class LoopDoctor(Callback):
         schedule_check: Fail before training on a per-step LR schedule stepped per epoch, and after the first
             validation on a plateau schedule whose monitored metric is never logged.
         mode_check: Check that validation runs in eval mode and training resumes in train mode.
+        unused_parameters: Warn about trainable parameters that get no gradient at the first optimizer step (frozen
+            ones are left alone).
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class LoopDoctor(Callback):
         leakage_max_samples: int = 1_000_000,
         schedule_check: bool = True,
         mode_check: bool = True,
+        unused_parameters: bool = True,
     ) -> None:
         if grad_norm_every_n_steps < 1:
             raise ValueError(f"LoopDoctor: grad_norm_every_n_steps must be >= 1, got {grad_norm_every_n_steps}")
@@ -128,6 +132,7 @@ class LoopDoctor(Callback):
         self.leakage_max_samples = leakage_max_samples
         self.schedule_check = schedule_check
         self.mode_check = mode_check
+        self.unused_parameters = unused_parameters
         self._assemble()
 
     # --- the parts ----------------------------------------------------------------------------------------------
@@ -159,6 +164,7 @@ class LoopDoctor(Callback):
             else None,
             gradient_norms,
             ScheduleCheck(reporter) if self.schedule_check else None,
+            UnusedParametersCheck(reporter) if self.unused_parameters else None,
         ]
         self.reporter = reporter
         self.parts = [part for part in parts if part is not None]
