@@ -109,6 +109,15 @@ class FreezeSchedule(BaseFinetuning):
         return out
 
     # --- BaseFinetuning -----------------------------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if trainer.world_size > 1 and any(e is not None for e in self.unfreeze_epochs.values()):
+            raise ValueError(
+                "unfreeze_at_epoch with several processes: DDP synchronizes only the parameters that are trainable "
+                "when it wraps the model, so parts unfrozen later would train apart on each process. Freeze for the "
+                "whole run, or fit the phases one after the other (the second with init_from the first's checkpoint)"
+            )
+        super().setup(trainer, pl_module, stage)
+
     def freeze_before_training(self, pl_module: pl.LightningModule) -> None:
         self.apply(None)
 

@@ -239,3 +239,14 @@ def test_one_cycle_with_its_own_max_lr_keeps_the_multipliers(spiral, tmp_path):
     assert groups["net.0/decay"]["max_lr"] == pytest.approx(0.002) and groups["decay"]["max_lr"] == 0.02
     assert groups["net.0/decay"]["lr"] / groups["decay"]["lr"] == pytest.approx(0.1)
     assert math.isclose(groups["net.0/no_decay"]["initial_lr"], 0.002 / 25)
+
+
+def test_unfreezing_on_schedule_is_refused_with_several_processes():
+    from types import SimpleNamespace
+
+    task = ClassificationModule(mlp(), num_classes=3, freeze=["net.0"], unfreeze_at_epoch=1)
+    with pytest.raises(ValueError, match="DDP synchronizes only the parameters that are trainable"):
+        task.fine_tuning.freeze_schedule.setup(SimpleNamespace(world_size=2, strategy=None), task, "fit")
+    frozen_for_good = ClassificationModule(mlp(), num_classes=3, freeze=["net.0"])
+    frozen_for_good.fine_tuning.freeze_schedule.setup(SimpleNamespace(world_size=2, strategy=None), frozen_for_good, "fit")
+    assert not frozen_for_good.model.net[0].weight.requires_grad
