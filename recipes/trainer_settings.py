@@ -18,7 +18,7 @@ def check_trainer_settings(cfg: Namespace) -> None:
     clip = trainer.get("gradient_clip_val")
     if clip is not None and clip <= 0:
         raise ValueError(
-            f"trainer.gradient_clip_val is {clip}: a clip value must be > 0 (e.g. 1.0); leave it out (null) for no "
+            f"trainer.gradient_clip_val is {float(clip)}: a clip value must be > 0 (e.g. 1.0); leave it out (null) for no "
             "clipping"
         )
 
