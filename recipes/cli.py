@@ -39,6 +39,7 @@ from recipes.run_continuity import continue_stamped_run
 from recipes.run_lock import RunLocked, hold_run_lock
 from recipes.run_record import RunRecord
 from recipes.split_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
+from recipes.sweep_trial import active_trial
 from recipes.tracking import TrackingServerUnreachable
 from recipes.trainer_settings import check_trainer_settings
 from recipes.tracking_config import (
@@ -299,8 +300,11 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         if plugins is not None:
             kwargs.setdefault("plugins", plugins)
         trainer = super().instantiate_trainer(**kwargs)
-        changed = {ALLOW_TAG: "; ".join(c.tag() for c in self.data_changes)} if self.data_changes else None
-        start_tracked_run(trainer, cfg, self.subcommand, changed)
+        extra = {ALLOW_TAG: "; ".join(c.tag() for c in self.data_changes)} if self.data_changes else {}
+        trial = active_trial()
+        if trial is not None and self.subcommand == "fit":
+            extra.update(trial.tags())  # a sweep's trial: nested under the sweep's parent run
+        start_tracked_run(trainer, cfg, self.subcommand, extra or None)
         return trainer
 
     def default_callbacks(self, cfg: Namespace) -> list[Callback]:
@@ -344,6 +348,10 @@ def main(args: list[str] | None = None) -> None:
         from recipes.compare import main as compare_main
 
         raise SystemExit(compare_main(argv[1:]))
+    if argv[:1] == ["sweep"]:
+        from recipes.sweep import main as sweep_main
+
+        raise SystemExit(sweep_main(argv[1:]))
     if argv[:1] == ["sync"]:
         from recipes.tracking_journal import main as sync_main
 

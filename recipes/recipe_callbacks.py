@@ -33,6 +33,7 @@ from recipes.model_logging import MlflowModel
 from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
 from recipes.random_state import RandomStates
+from recipes.sweep_trial import active_trial
 from recipes.run_continuity import RunContinuity
 
 
@@ -64,6 +65,13 @@ class CallbackSlot:
     why_here: str
     applies: Callable[[RecipeRun], bool] = lambda run: True
     alone: bool = False  # given to the Trainer on its own, not inside the group
+
+
+def trial_pruning(trial: Any) -> Callback:
+    """The pruning callback of a sweep's trial (Optuna is imported only here, inside a sweep)."""
+    from recipes.sweep_pruning import TrialPruning  # noqa: PLC0415
+
+    return TrialPruning(trial)
 
 
 def _predictions_path(run: RecipeRun) -> str:
@@ -156,6 +164,13 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         lambda run: EpochSummary(),
         "one line per epoch where stdout is not a terminal",
         applies=lambda run: not run.interactive,
+    ),
+    CallbackSlot(
+        "sweep_pruning",
+        FIT,
+        lambda run: trial_pruning(active_trial()),
+        "a sweep's trial: the objective after every validation, the pruner's decision (one for all processes)",
+        applies=lambda run: active_trial() is not None,
     ),
     CallbackSlot(
         "loop_doctor",
