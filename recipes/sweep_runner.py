@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from recipes.sqlite_store import prepare_sqlite_store
 from recipes.sweep_space import SweepFile, as_cli_value, choice_value
 from recipes.sweep_study import (
     counts,
@@ -127,6 +128,7 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
     pruner = options.pruner or sweep.pruner or "median"
     seed = cfg.get("seed_everything")
     seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    prepare_sqlite_store(uri, experiment)  # workers starting together on a new mlflow.db take turns creating it
     study, created = open_study(storage, name, direction, pruner)
     client = MlflowClient(uri)
     settings = {"study_name": name, "storage": shown_storage(storage), "metric": metric, "direction": direction,

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
 from recipes.sweep_space import SweepFile
 
@@ -78,11 +79,24 @@ def trial_start_lock(storage: str) -> Iterator[None]:
 
 def open_study(storage: str, name: str, direction: str, pruner: str) -> tuple[optuna.Study, bool]:
     """The study ``name`` in ``storage`` (created now when new: ``True`` in the result). An existing study must
-    have the same direction."""
+    have the same direction. Workers starting together on a new SQLite file take turns (Optuna creates its tables
+    on first use, and two at once collide); on a server database a collision is retried."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = sqlite_path(storage)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(5):
+        try:
+            with trial_start_lock(storage):
+                return create_or_load(storage, name, direction, pruner)
+        except SQLAlchemyError:
+            if attempt == 4:
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
+
+
+def create_or_load(storage: str, name: str, direction: str, pruner: str) -> tuple[optuna.Study, bool]:
     try:
         study = optuna.create_study(storage=storage, study_name=name, direction=direction,
                                     pruner=make_pruner(pruner), load_if_exists=False)

@@ -1,0 +1,150 @@
+"""``recipes sweep``: trials nested in MLflow, best.yaml, pruning, failures, a continued study, several workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from recipes.cli import main
+from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+SWEEP = CONFIGS / "sweeps" / "spiral_mlp.yaml"
+SHORT = ["--trainer.max_epochs", "3", "--data.init_args.n_samples", "600"]
+
+
+def sweep(*extra: str, sweep_file=SWEEP) -> int:
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "-c", str(SPIRAL), "-c", str(sweep_file), *SHORT, *extra])
+    return exc.value.code
+
+
+def study_of(workdir, name="spiral_mlp-sweep") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'optuna.db'}")
+
+
+def best_of(client, run_id: str, metric: str = "val/acc") -> float:
+    return max(m.value for m in client.get_metric_history(run_id, metric))
+
+
+@pytest.mark.slow
+def test_trials_nest_under_one_parent_the_study_continues_and_best_yaml_reproduces_the_best(workdir, capsys):
+    assert sweep("--n_trials", "3") == 0
+    assert sweep("--n_trials", "4") == 0  # the same command again: one more trial in the same study
+    out = capsys.readouterr().out
+    study = study_of(workdir)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 4 and [t.number for t in study.trials] == [0, 1, 2, 3]
+    runs = runs_of(workdir, "spiral_mlp")
+    [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
+    trials = [r for r in runs if r.data.tags.get("loopwise.stage") == "fit"]
+    assert [r.data.tags["mlflow.parentRunId"] for r in trials] == [parent.info.run_id] * 4
+    assert sorted(r.data.tags["mlflow.runName"] for r in trials) == [f"spiral_mlp-sweep-trial-{n}" for n in range(4)]
+    client = mlflow_client(workdir)
+    by_number = {int(r.data.tags["loopwise.sweep.trial"]): r for r in trials}
+    for trial in study.trials:
+        run = by_number[trial.number]
+        sampled = json.loads(run.data.tags["loopwise.sweep.params"])
+        assert float(run.data.params["lr"]) == pytest.approx(sampled["model.init_args.optimizer.init_args.lr"])
+        assert trial.value == best_of(client, run.info.run_id)  # the objective: the best validation of the trial
+        assert run.info.status == "FINISHED" and "config.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert parent.data.params["sweep.metric"] == "val/acc" and parent.data.params["sweep.direction"] == "maximize"
+    assert parent.data.metrics["trials_complete"] == 4 and parent.data.metrics["best_value"] == study.best_value
+    assert parent.data.tags["loopwise.sweep.best_trial"] == str(study.best_trial.number)
+    assert any(k.startswith("importance/") for k in parent.data.metrics)
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"search_space.json", "best.yaml"} <= artifacts and parent.info.status == "FINISHED"
+    assert f"best trial {study.best_trial.number}: val/acc" in out
+    # the winner, trained again from best.yaml alone, reaches the same objective exactly (CPU, deterministic)
+    main(["fit", "-c", str(workdir / "best.yaml")])
+    again = runs_of(workdir, "spiral_mlp")[-1]
+    assert "mlflow.parentRunId" not in again.data.tags
+    assert best_of(client, again.info.run_id) == study.best_value
+
+
+@pytest.mark.slow
+def test_a_pruned_trial_stops_after_its_validation_and_its_run_is_killed(workdir, monkeypatch, capsys):
+    import recipes.sweep_study as sweep_study
+
+    monkeypatch.setattr(sweep_study, "make_pruner", lambda name: optuna.pruners.ThresholdPruner(lower=0.999))
+    assert sweep("--n_trials", "2") == 1  # nothing completed
+    study = study_of(workdir)
+    assert [t.state for t in study.trials] == [TrialState.PRUNED] * 2
+    assert all(list(t.intermediate_values) == [0] for t in study.trials)  # stopped after the first validation
+    runs = [r for r in runs_of(workdir, "spiral_mlp") if r.data.tags.get("loopwise.stage") == "fit"]
+    assert [r.info.status for r in runs] == ["KILLED", "KILLED"]
+    assert all(r.data.tags["loopwise.sweep.pruned"].startswith("epoch 0: val/acc ") for r in runs)
+    assert "trial 0: pruned at epoch 0" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_failing_trials_are_recorded_and_the_sweep_goes_on(workdir, capsys):
+    space = workdir / "bad.yaml"
+    space.write_text(
+        "sweep:\n"
+        "  model.init_args.model.init_args.hidden_sizes: {type: categorical, choices: [[0]]}\n"  # no such MLP
+    )
+    assert sweep("--n_trials", "2", sweep_file=space) == 1
+    study = study_of(workdir)
+    assert [t.state for t in study.trials] == [TrialState.FAIL] * 2
+    assert "hidden" in study.trials[0].user_attrs["failure"]
+    diverging = workdir / "nan.yaml"
+    diverging.write_text("sweep:\n  model.init_args.optimizer.init_args.lr: {type: float, low: 1.0e+8, high: 1.0e+9}\n")
+    assert sweep("--n_trials", "1", "--study_name", "nan", sweep_file=diverging) == 1
+    [failed] = study_of(workdir, "nan").trials
+    assert failed.state == TrialState.FAIL and "NonFiniteError" in failed.user_attrs["failure"]
+    [run] = [r for r in runs_of(workdir, "spiral_mlp") if r.data.tags.get("loopwise.stage") == "fit"]
+    assert run.info.status == "FAILED" and "NonFiniteError" in run.data.tags["loopwise.sweep.failure"]
+    assert "trial 0: failed: NonFiniteError" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("sweep:\n  model.init_args.optimizer.init_args.lr: {type: float, low: 1.0, high: 0.5}\n",
+         "low (1.0) must be below high (0.5)"),
+        ("sweep:\n  model.init_args.optimizer.init_args.lr: {type: normal, low: 1.0, high: 2.0}\n",
+         "type must be one of float, int, categorical"),
+        ("sweep:\n  model.init_args.optimizer.init_args.lr: {type: float, low: 0.0, high: 1.0, log: true}\n",
+         "log: true needs low > 0"),
+        ("sweep:\n  data.init_args.batch_size: {type: int, low: 8, high: 64}\ntrainer: {max_epochs: 3}\n",
+         "a sweep file holds only sweep, metric, direction, pruner"),
+    ],
+    ids=["low_high", "type", "log", "extra_key"],
+)
+def test_a_bad_sweep_file_is_one_line(workdir, capsys, content, message):
+    (workdir / "space.yaml").write_text(content)
+    assert sweep("--n_trials", "1", sweep_file=workdir / "space.yaml") == 2
+    err = capsys.readouterr().err
+    assert f"recipes sweep: error: sweep: " in err or "recipes sweep: error:" in err
+    assert message in err and not (workdir / "optuna.db").exists()
+
+
+def test_a_key_the_recipe_does_not_take_stops_the_sweep_before_any_trial(workdir, capsys):
+    (workdir / "space.yaml").write_text("sweep:\n  model.init_args.optimizer.init_args.bogus: {type: int, low: 1, high: 2}\n")
+    assert sweep("--n_trials", "1", sweep_file=workdir / "space.yaml") == 2
+    assert "bogus" in capsys.readouterr().err and not (workdir / "optuna.db").exists()
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_study_and_one_parent_run(workdir):
+    command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), *SHORT, "--n_trials", "4"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    workers = [subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True) for _ in range(2)]
+    outputs = [w.communicate(timeout=600)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    ran = [{int(line.split("trial ")[1].split(":")[0]) for line in out.splitlines() if ": trial " in line}
+           for out in outputs]
+    assert ran[0].isdisjoint(ran[1]) and ran[0] | ran[1] == {0, 1, 2, 3}
+    study = study_of(workdir)
+    assert len(study.trials) == 4 and all(t.state == TrialState.COMPLETE for t in study.trials)
+    runs = runs_of(workdir, "spiral_mlp")
+    [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("loopwise.stage") == "fit"]
+    assert len(children) == 4 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
