@@ -326,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     parser.add_argument("--plot", metavar="PATH", help="also write a PNG of the metric's curves to PATH")
     parser.add_argument("--max-runs", metavar="N", type=int, default=50, help="newest N runs (default: 50)")
+    parser.add_argument("--sweep", metavar="RUN_OR_STUDY", help="the trials of a sweep (parent run id or study name)")
     return parser
 
 
@@ -351,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         _check_sqlite(uri)
         with fast_http_failures(uri):
             client = MlflowClient(tracking_uri=uri)
+            if args.sweep:
+                from recipes.compare_sweep import show_sweep
+
+                return show_sweep(client, args)
             experiments = _experiments(client, args.experiment)
             runs, left_out = _search_runs(client, experiments, args.stage, args.max_runs) if experiments else ([], 0)
             if not runs:

@@ -146,7 +146,7 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
             break
         with trial_start_lock(storage):
             done = counts(study)
-            if sum(done.values()) >= options.n_trials:
+            if sum(n for state, n in done.items() if state != "interrupted") >= options.n_trials:
                 break
             trial = study.ask()
         study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + trial.number)

@@ -142,13 +142,16 @@ def wait_for_parent_run(study_name: str, storage: str, timeout_s: float = PARENT
 
 
 def counts(study: optuna.Study) -> dict[str, int]:
-    """Trials of the study by state: complete, pruned, failed, running."""
+    """Trials of the study by state: complete, pruned, failed, running; trials stopped by Ctrl+C or SIGTERM are
+    counted apart (``interrupted``): they do not use the ``--n_trials`` budget."""
     trials = study.get_trials(deepcopy=False)
+    interrupted = [t for t in trials if t.user_attrs.get("interrupted")]
     return {
         "complete": sum(t.state == TrialState.COMPLETE for t in trials),
         "pruned": sum(t.state == TrialState.PRUNED for t in trials),
-        "failed": sum(t.state == TrialState.FAIL for t in trials),
+        "failed": sum(t.state == TrialState.FAIL for t in trials) - len(interrupted),
         "running": sum(t.state == TrialState.RUNNING for t in trials),
+        "interrupted": len(interrupted),
     }
 
 

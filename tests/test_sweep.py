@@ -12,6 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from recipes.cli import main
+from recipes.compare import main as compare_main
 from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,6 +61,15 @@ def test_trials_nest_under_one_parent_the_study_continues_and_best_yaml_reproduc
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"search_space.json", "best.yaml"} <= artifacts and parent.info.status == "FINISHED"
     assert f"best trial {study.best_trial.number}: val/acc" in out
+    # the trials side by side, best first, and the plot
+    capsys.readouterr()
+    assert compare_main(["--sweep", "spiral_mlp-sweep", "--format", "json", "--plot", str(workdir / "sweep.png")]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["trial"] for r in rows][0] == study.best_trial.number and rows[0]["val/acc"] == study.best_value
+    assert [r["val/acc"] for r in rows] == sorted((t.value for t in study.trials), reverse=True)
+    assert rows[0]["model.init_args.optimizer.init_args.lr"] == study.best_params["model.init_args.optimizer.init_args.lr"]
+    assert {r["state"] for r in rows} == {"COMPLETE"} and (workdir / "sweep.png").stat().st_size > 10_000
+    assert compare_main(["--sweep", parent.info.run_id]) == 0 and "COMPLETE" in capsys.readouterr().out
     # the winner, trained again from best.yaml alone, reaches the same objective exactly (CPU, deterministic)
     main(["fit", "-c", str(workdir / "best.yaml")])
     again = runs_of(workdir, "spiral_mlp")[-1]
@@ -148,3 +158,17 @@ def test_two_workers_share_one_study_and_one_parent_run(workdir):
     [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
     children = [r for r in runs if r.data.tags.get("loopwise.stage") == "fit"]
     assert len(children) == 4 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+
+
+def test_ctrl_c_ends_the_trial_and_the_sweep_and_the_same_command_continues(workdir, monkeypatch, capsys):
+    import recipes.sweep_runner as runner
+
+    real = runner.run_trial
+    monkeypatch.setattr(runner, "run_trial", lambda fit_args, active: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert sweep("--n_trials", "1", "--trainer.max_epochs", "1") == 130
+    assert "run the command again to continue the study" in capsys.readouterr().err
+    [interrupted] = study_of(workdir).trials
+    assert interrupted.state == TrialState.FAIL and interrupted.user_attrs["interrupted"] is True
+    monkeypatch.setattr(runner, "run_trial", real)
+    assert sweep("--n_trials", "1", "--trainer.max_epochs", "1") == 0  # an interrupted trial does not use the budget
+    assert [t.state for t in study_of(workdir).trials] == [TrialState.FAIL, TrialState.COMPLETE]
