@@ -113,6 +113,7 @@ def objective_of(cfg: Namespace, options: argparse.Namespace, sweep: Any) -> tup
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``recipes sweep ...`` (``argv``: the arguments after ``sweep``); the exit code."""
+    from recipes.sweep_processes import follow, is_follower  # noqa: PLC0415
     from recipes.sweep_runner import run_sweep  # noqa: PLC0415
     from recipes.sweep_space import SweepSpaceError, as_cli_value, read_sweep_file  # noqa: PLC0415
 
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         # error line now, not a failure of every trial
         cfg = parsed_fit_config(fit_args + [f"--{d.key}={as_cli_value(d.example())}" for d in sweep.dimensions])
         check_tracked(cfg)
+        if is_follower():  # a DDP process started for rank 0's trials: it runs them, never asks the study
+            return follow(fit_args)
         return run_sweep(options, fit_args, sweep, cfg)
     except (SweepError, SweepSpaceError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

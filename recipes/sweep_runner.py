@@ -42,6 +42,7 @@ from recipes.sweep_study import (
     trial_start_lock,
     wait_for_parent_run,
 )
+from recipes.sweep_processes import announce_trial
 from recipes.sweep_trial import ActiveTrial, running_trial
 from recipes.tracking_config import experiment_name, tracking_uri
 
@@ -152,6 +153,7 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
         study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + trial.number)
         params = {d.key: d.suggest(trial) for d in sweep.dimensions}
         active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params)
+        announce_trial(active)
         try:
             state, reason = run_trial(fit_args, active)
         except (SIGTERMException, KeyboardInterrupt) as stop:
@@ -183,6 +185,7 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
                     client.set_terminated(run_id, status="FAILED")
             say(f"trial {trial.number}: failed: {reason}")
         record_progress(study, client, parent)
+    announce_trial(None)
     best = write_best_config(client, study, experiment, folder, parent)
     done = counts(study)
     if done["running"] == 0:

@@ -172,3 +172,47 @@ def test_ctrl_c_ends_the_trial_and_the_sweep_and_the_same_command_continues(work
     monkeypatch.setattr(runner, "run_trial", real)
     assert sweep("--n_trials", "1", "--trainer.max_epochs", "1") == 0  # an interrupted trial does not use the budget
     assert [t.state for t in study_of(workdir).trials] == [TrialState.FAIL, TrialState.COMPLETE]
+
+
+@pytest.mark.slow
+def test_under_ddp_rank_0_samples_every_process_trains_the_same_values_in_one_run(workdir):
+    from tests.test_ddp import recipes_env
+
+    command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP),
+               "-c", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+               "--trainer.max_epochs", "2", "--data.init_args.n_samples", "600", "--n_trials", "2"]
+    out = subprocess.run(command, cwd=workdir, env=recipes_env(), capture_output=True, text=True, timeout=420)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    leader = {int(l.split("trial ")[1].split(":")[0]): json.loads(l[l.index("{"):]) for l in lines
+              if l.startswith("recipes sweep: trial ")}
+    follower = {int(l.split("trial ")[1].split(":")[0]): json.loads(l[l.index("{"):]) for l in lines
+                if l.startswith("recipes sweep: rank 1 follows trial ")}
+    assert set(leader) == {0, 1} and follower == leader  # rank 1 trained exactly the values rank 0 sampled
+    study = study_of(workdir)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    runs = runs_of(workdir, "spiral_mlp")
+    children = [r for r in runs if r.data.tags.get("loopwise.stage") == "fit"]
+    assert len(children) == 2 and all(r.data.params["plan.devices"] == "2" for r in children)  # one run per trial
+
+
+def test_the_pruning_decision_of_rank_0_reaches_every_process():
+    from types import SimpleNamespace
+
+    from recipes.sweep_pruning import TrialPruning
+    from recipes.sweep_trial import ActiveTrial
+
+    class Strategy:
+        def __init__(self, decision):
+            self.decision = decision
+
+        def broadcast(self, value, src=0):
+            return self.decision  # what rank 0 sent
+
+    follower = TrialPruning(ActiveTrial(None, 0, "s", None, "val/acc", "maximize", {}))
+    follower.is_ddp_backend = True
+    for decision in (False, True):
+        trainer = SimpleNamespace(sanity_checking=False, is_global_zero=False, strategy=Strategy(decision),
+                                  should_stop=False, callback_metrics={}, current_epoch=1)
+        follower.on_validation_end(trainer, None)
+        assert trainer.should_stop is decision and follower.active.values == []  # rank 1 never reads or reports
