@@ -216,3 +216,16 @@ def test_the_pruning_decision_of_rank_0_reaches_every_process():
                                   should_stop=False, callback_metrics={}, current_epoch=1)
         follower.on_validation_end(trainer, None)
         assert trainer.should_stop is decision and follower.active.values == []  # rank 1 never reads or reports
+
+
+@pytest.mark.parametrize("sweep_file", sorted((CONFIGS / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_sweep_file_runs_a_trial_of_its_recipe(workdir, sweep_file):
+    (workdir / "data").symlink_to(REPO / "data")
+    recipe = CONFIGS / f"{sweep_file.stem}.yaml"
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "-c", str(recipe), "-c", str(sweep_file), "--n_trials", "1", "--trainer.max_epochs", "1",
+              "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2"])
+    assert exc.value.code == 0
+    [trial] = study_of(workdir, f"{sweep_file.stem}-sweep").trials
+    assert trial.state == TrialState.COMPLETE and set(trial.params) == set(
+        __import__("yaml").safe_load(sweep_file.read_text())["sweep"])
