@@ -229,3 +229,20 @@ def test_every_sweep_file_runs_a_trial_of_its_recipe(workdir, sweep_file):
     [trial] = study_of(workdir, f"{sweep_file.stem}-sweep").trials
     assert trial.state == TrialState.COMPLETE and set(trial.params) == set(
         __import__("yaml").safe_load(sweep_file.read_text())["sweep"])
+
+
+def test_the_objective_is_the_tasks_monitor_in_its_direction_unless_chosen(workdir):
+    from argparse import Namespace as Options
+
+    from recipes.sweep import objective_of, parsed_fit_config
+    from recipes.sweep_space import read_sweep_file
+
+    space = read_sweep_file(SWEEP)
+    none = Options(metric=None, direction=None)
+    spiral = parsed_fit_config(["-c", str(SPIRAL)])
+    assert objective_of(spiral, none, space) == ("val/acc", "maximize")
+    assert objective_of(spiral, Options(metric="val/loss", direction=None), space) == ("val/loss", "minimize")
+    assert objective_of(spiral, Options(metric="val/f1", direction="minimize"), space) == ("val/f1", "minimize")
+    (workdir / "data").symlink_to(REPO / "data")
+    tabular = parsed_fit_config(["-c", str(CONFIGS / "tabular_mlp.yaml")])
+    assert objective_of(tabular, none, space) == ("val/loss", "minimize")  # the recipe monitors val/loss
