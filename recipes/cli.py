@@ -33,6 +33,7 @@ from recipes.checkpoint_locations import resolve_checkpoint
 from recipes.data_sizes import DataSizeError, DataSizes, data_size_error
 from recipes.device_settings import DeviceSettingError, apply_device_settings
 from recipes.evaluation_interruptions import EvaluationStopped
+from recipes.evaluation_link import link_evaluation_run
 from recipes.initial_weights_record import load_task_initial_weights
 from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
 from recipes.run_continuity import continue_stamped_run
@@ -305,6 +306,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         if trial is not None and self.subcommand == "fit":
             extra.update(trial.tags())  # a sweep's trial: nested under the sweep's parent run
         start_tracked_run(trainer, cfg, self.subcommand, extra or None)
+        if self.subcommand != "fit" and self.checkpoint is not None:  # which training run this evaluates
+            link_evaluation_run(trainer, self.checkpoint.stamp, tracking_uri(cfg))
         return trainer
 
     def default_callbacks(self, cfg: Namespace) -> list[Callback]:
