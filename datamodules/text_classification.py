@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Literal, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
 from datamodules.base import BaseDataModule
 from datamodules.collate import PadCollate
+from datamodules.hf_tokenizer import HFTokenizer, is_builtin_tokenizer
 from datamodules.samplers import EpochRandomSampler, LengthBucketBatchSampler
 from datamodules.text_files import (  # noqa: F401  (read_text_label_file: importable from here as before)
     CSV_SUFFIXES,
@@ -64,6 +65,12 @@ class TextClassificationDataModule(BaseDataModule):
     then tokens by descending train count, ties alphabetically. Each text is tokenized, encoded and truncated to its
     first ``max_length`` tokens.
 
+    With ``tokenizer: <a local directory or hub name of a Hugging Face tokenizer>`` (the extra ``loopwise[hf]``)
+    the tokenizer is the pretrained model's: its ids (``vocab_size`` is its ``len``), its special tokens around each
+    text (``[CLS] ... [SEP]`` for BERT), its padding id (its end-of-text id when it has no padding token) and
+    padding side, and ``max_length`` at most its ``model_max_length``; no vocabulary is built (``min_freq`` and
+    ``max_vocab_size`` do not apply) and the checkpoint records the tokenizer's name and size.
+
     Samples are ``{"input_ids": LongTensor (length,), "labels": LongTensor ()}``; batches are dicts with
     ``input_ids`` (B, T) padded with ``pad_id`` = 0, ``attention_mask`` (B, T) (1 on tokens, 0 on padding) and
     ``labels`` (B,), so the network is called as ``model(input_ids=..., attention_mask=...)``. With
@@ -84,11 +91,13 @@ class TextClassificationDataModule(BaseDataModule):
         text_field: Name of the text field (CSV column or JSON key).
         label_field: Name of the label field (CSV column or JSON key).
         tokenizer: "word": lower-cased, split on whitespace (punctuation stays attached to words); "char": every
-            character, case kept.
+            character, case kept; anything else is a Hugging Face tokenizer: a local directory written by
+            ``save_pretrained`` or a hub name such as ``prajjwal1/bert-tiny`` (needs ``loopwise[hf]``).
         min_freq: Tokens seen fewer times in the train texts map to ``<unk>``.
         max_vocab_size: At most this many ids in all (``<pad>`` and ``<unk>`` included), the most frequent train
             tokens kept; null for no limit.
-        max_length: Keep the first ``max_length`` tokens of each text.
+        max_length: Keep the first ``max_length`` tokens of each text (special tokens included; at most a Hugging
+            Face tokenizer's ``model_max_length``).
         bucket_by_length: Batch texts of similar length together (less padding, faster); batch order is shuffled.
         predict_path: A new CSV or JSONL file of texts (the same format and ``text_field`` as ``path``; the label
             field may be absent and is ignored if present) that ``predict`` classifies record by record, in file
@@ -99,17 +108,17 @@ class TextClassificationDataModule(BaseDataModule):
     """
 
     save_init_arguments = True
-    #: Id of ``<pad>``: 0.
-    pad_id: ClassVar[int] = 0
-    #: Id of ``<unk>``: 1.
-    unk_id: ClassVar[int] = 1
+    #: Id of ``<pad>``: 0 (a Hugging Face tokenizer's own padding id with one).
+    pad_id: int = 0
+    #: Id of ``<unk>``: 1 (a Hugging Face tokenizer's own unknown-token id with one).
+    unk_id: int | None = 1
 
     def __init__(
         self,
         path: str,
         text_field: str = "text",
         label_field: str = "label",
-        tokenizer: Literal["char", "word"] = "word",
+        tokenizer: str = "word",
         min_freq: int = 1,
         max_vocab_size: int | None = None,
         max_length: int = 256,
@@ -127,8 +136,18 @@ class TextClassificationDataModule(BaseDataModule):
                 f"{name}: max_vocab_size must be >= 3 (<pad>, <unk> and at least one token) or null, got "
                 f"{max_vocab_size}"
             )
+        self.hf_tokenizer = None if is_builtin_tokenizer(tokenizer) else HFTokenizer(tokenizer, name)
+        if self.hf_tokenizer is not None:
+            if min_freq != 1 or max_vocab_size is not None:
+                raise ValueError(
+                    f"{name}: min_freq and max_vocab_size shape the vocabulary of the word and char tokenizers; the "
+                    f"Hugging Face tokenizer {tokenizer!r} has its own: leave them out"
+                )
+            self.pad_id, self.unk_id = self.hf_tokenizer.pad_id, self.hf_tokenizer.unk_id
+            limit = self.hf_tokenizer.max_length
+            max_length = max_length if limit is None else min(max_length, limit)
         try:
-            self._tokenize = get_tokenizer(tokenizer)
+            self._tokenize = self.hf_tokenizer.tokenize if self.hf_tokenizer is not None else get_tokenizer(tokenizer)
             if predict_path is not None:
                 check_text_file_type(predict_path)
         except ValueError as err:
@@ -164,18 +183,27 @@ class TextClassificationDataModule(BaseDataModule):
     @property
     def vocab_size(self) -> int:
         """Number of token ids (``<pad>`` and ``<unk>`` included): the train split's vocabulary, built by ``setup``
-        (run here if needed)."""
+        (run here if needed); a Hugging Face tokenizer's ``len``."""
+        if self.hf_tokenizer is not None:
+            return self.hf_tokenizer.vocab_size
         if self.vocabulary is None:
             self.setup()
         assert self.vocabulary is not None
         return len(self.vocabulary)
+
+    def _needs_setup(self) -> bool:
+        """Whether the class names (and the word/char vocabulary) are still to be built from the train split."""
+        return self._class_names is None or (self.hf_tokenizer is None and self.vocabulary is None)
 
     def tokenize(self, text: str) -> list[str]:
         """The tokens of ``text`` (before the vocabulary and truncation)."""
         return self._tokenize(text)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` exactly as in the datasets: encoded, unknown tokens as 1, truncated to max_length."""
+        """Token ids of ``text`` exactly as in the datasets: encoded, unknown tokens as 1, truncated to max_length
+        (a Hugging Face tokenizer's ids, with its special tokens)."""
+        if self.hf_tokenizer is not None:
+            return self.hf_tokenizer.encode(text, self.max_length)
         if self.vocabulary is None:
             raise RuntimeError(
                 f"{type(self).__name__}: the vocabulary is built from the train split; call setup() first"
@@ -208,7 +236,7 @@ class TextClassificationDataModule(BaseDataModule):
         return texts, torch.tensor([index[label] for label in labels], dtype=torch.long)
 
     def fit_preprocessing(self, train_inputs: list[str]) -> None:
-        if self.vocabulary is None:  # a vocabulary restored from a checkpoint is kept
+        if self.vocabulary is None and self.hf_tokenizer is None:  # a restored vocabulary is kept
             self.vocabulary = Vocabulary.build(
                 (self._tokenize(text) for text in train_inputs),
                 min_freq=self.min_freq,
@@ -220,7 +248,8 @@ class TextClassificationDataModule(BaseDataModule):
         return TokenSequenceDataset([self.encode(text) for text in inputs], targets)
 
     def collate_fn(self, dataset: Dataset) -> Callable[[Any], Any] | None:
-        return PadCollate(pad_id=self.pad_id)
+        side = self.hf_tokenizer.padding_side if self.hf_tokenizer is not None else "right"
+        return PadCollate(pad_id=self.pad_id, padding_side=side)
 
     def batch_sampler(self, dataset: Dataset, train: bool) -> Sampler | None:
         """Length buckets when ``bucket_by_length`` (drop_last on train only); otherwise the base's batching."""
@@ -246,7 +275,7 @@ class TextClassificationDataModule(BaseDataModule):
         ``<unk>``, truncated to ``max_length``), in file order, with their record numbers from 0; labels ignored."""
         if self.predict_path is None:
             return None
-        if self.vocabulary is None or self._class_names is None:
+        if self._needs_setup():
             self.setup()  # no checkpoint state: the vocabulary of the train split (the one a fit builds)
         try:
             texts, _, _ = read_text_label_file(self.predict_path, self.text_field, None)
@@ -257,7 +286,7 @@ class TextClassificationDataModule(BaseDataModule):
     def frame_data(self, frame: Any) -> tuple[Dataset, list[Any]]:
         """Raw texts (a DataFrame with the ``text_field`` column; a label column is ignored) encoded as at training
         time, with their row numbers from 0."""
-        if self.vocabulary is None or self._class_names is None:
+        if self._needs_setup():
             self.setup()
         if self.text_field not in frame.columns:
             raise ValueError(
@@ -293,9 +322,12 @@ class TextClassificationDataModule(BaseDataModule):
 
     # --- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Vocabulary, class names and tokenizer (plain lists and strings), stored by Lightning in checkpoints."""
-        if self.vocabulary is None or self._class_names is None:
+        """Vocabulary, class names and tokenizer (plain lists and strings), stored by Lightning in checkpoints; with a
+        Hugging Face tokenizer its name and size instead of a vocabulary."""
+        if self._needs_setup():
             return {}
+        if self.hf_tokenizer is not None:
+            return {"class_names": list(self._class_names or []), **self.hf_tokenizer.state_dict()}
         return {
             "vocabulary": self.vocabulary.state_dict(),
             "class_names": list(self._class_names),
@@ -303,16 +335,20 @@ class TextClassificationDataModule(BaseDataModule):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Use a saved vocabulary and class names; datasets already built are rebuilt with them."""
+        """Use a saved vocabulary and class names (a Hugging Face tokenizer is checked against the saved name and
+        size); datasets already built are rebuilt with them."""
         if not state_dict:
             return
         saved = state_dict.get("tokenizer", self.tokenizer)
         if saved != self.tokenizer:
             raise ValueError(
-                f"{type(self).__name__}: the checkpoint's vocabulary was built with tokenizer={saved!r}, but this "
+                f"{type(self).__name__}: the checkpoint was trained with tokenizer={saved!r}, but this "
                 f"module has tokenizer={self.tokenizer!r}; set tokenizer: {saved}"
             )
-        self.vocabulary = Vocabulary.from_state_dict(state_dict["vocabulary"])
+        if self.hf_tokenizer is not None:
+            self.hf_tokenizer.check_state(state_dict, type(self).__name__)
+        else:
+            self.vocabulary = Vocabulary.from_state_dict(state_dict["vocabulary"])
         self._class_names = list(state_dict["class_names"])
         if self.datasets:
             self.datasets = {}

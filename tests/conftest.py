@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+# nothing in the tests reaches the Hugging Face hub: a tokenizer or model name that is not a local directory is looked
+# up in the local cache only (read when huggingface_hub is imported, so set before any test module imports it)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 SPIRAL = CONFIGS / "spiral_mlp.yaml"
