@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.base import BaseDataModule
+from datamodules.hf_tokenizer import HFTokenizer
 from datamodules.tensor_dataset import keep_batch
 from datamodules.tokenizers import UNK, Vocabulary
 
@@ -129,13 +130,20 @@ class CharLMDataModule(BaseDataModule):
     ``encode`` and ``decode`` are available after ``setup``; the vocabulary is saved in checkpoints
     (``state_dict``), so a reloaded module encodes text identically.
 
+    With ``tokenizer: <a local directory or hub name of a Hugging Face tokenizer>`` (the extra ``loopwise[hf]``),
+    tokens are the pretrained model's: the split is still by characters, each part is encoded on its own as one
+    stream without special tokens (a window is a piece of running text, and prompts are encoded the same way),
+    ``block_size``, ``stride`` and the windows count tokens, ``vocab_size`` is the tokenizer's ``len``, and the
+    checkpoint records the tokenizer's name and size.
+
     The other arguments (``batch_size``: windows per batch, ``seed``: of the train shuffling, the loader options) are
     ``BaseDataModule``'s, passed on through ``**kwargs``; ``num_workers=0`` is fastest, since batches are cheap slices
     of one tensor. There is no ``test_fraction`` or ``stratify``: the split is contiguous.
 
     Args:
         path: UTF-8 text file to model.
-        block_size: Characters of context per sample (the length of ``x`` and ``y``).
+        block_size: Characters (tokens, with a Hugging Face tokenizer) of context per sample (the length of ``x`` and
+            ``y``).
         val_fraction: Fraction of the characters, taken from the end of the text, held out for validation; in (0, 1).
         stride: Characters between the starts of consecutive windows, in both parts; default ``block_size``
             (non-overlapping windows).
@@ -144,6 +152,9 @@ class CharLMDataModule(BaseDataModule):
             become ``<unk>``) and continued by ``LanguageModelModule`` (its ``max_new_tokens``, ``temperature``,
             ``top_k``, ``sample_seed``). A prediction's ``row`` is the prompt's line number from 0. Default:
             predict the most likely next character at every position of the val windows.
+        tokenizer: "char": every character is a token, with a vocabulary from the train part; or a Hugging Face
+            tokenizer: a local directory written by ``save_pretrained`` or a hub name such as ``gpt2`` (needs
+            ``loopwise[hf]``).
     """
 
     save_init_arguments = True
@@ -157,9 +168,15 @@ class CharLMDataModule(BaseDataModule):
         val_fraction: float = 0.1,
         stride: int | None = None,
         prompt_path: str | None = None,
+        tokenizer: str = "char",
         **kwargs: Any,
     ) -> None:
         name = type(self).__name__
+        if tokenizer == "word":
+            raise ValueError(
+                f"{name}: tokenizer 'word' would lose the text's spacing and punctuation; use 'char' or a Hugging Face "
+                "tokenizer (a local directory or hub name)"
+            )
         if block_size < 1:
             raise ValueError(f"{name}: block_size must be >= 1, got {block_size}")
         if not 0.0 < val_fraction < 1.0:
@@ -171,12 +188,19 @@ class CharLMDataModule(BaseDataModule):
         self.block_size = block_size
         self.stride = stride if stride is not None else block_size
         self.prompt_path = prompt_path
+        self.tokenizer = tokenizer
+        self.hf_tokenizer = None if tokenizer == "char" else HFTokenizer(tokenizer, name)
         self.prompts: list[str] = []  # the prompts of the last predict_dataloader, in order
         self.vocabulary: Vocabulary | None = None
         self.boundary: int | None = None
 
     # --- description ----------------------------------------------------------------------------------------
     def _require_vocabulary(self) -> Vocabulary:
+        if self.hf_tokenizer is not None:
+            raise AttributeError(
+                f"{type(self).__name__}: the character vocabulary (itos, stoi) exists with tokenizer 'char' only; this "
+                f"module's tokenizer is {self.tokenizer!r} (the Hugging Face tokenizer is .hf_tokenizer.tokenizer)"
+            )
         if self.vocabulary is None:  # built from the train text by setup
             self.setup()
         assert self.vocabulary is not None
@@ -184,12 +208,17 @@ class CharLMDataModule(BaseDataModule):
 
     @property
     def vocab_size(self) -> int:
-        """Number of ids (train characters plus ``<unk>``). Reads the file (``setup``) if needed."""
+        """Number of ids (train characters plus ``<unk>``; a Hugging Face tokenizer's ``len``). Reads the file
+        (``setup``) if needed."""
+        if self.hf_tokenizer is not None:
+            return self.hf_tokenizer.vocab_size
         return len(self._require_vocabulary())
 
     @property
-    def unk_id(self) -> int:
-        """Id of ``<unk>`` (0): characters that do not occur in the train part."""
+    def unk_id(self) -> int | None:
+        """Id of ``<unk>`` (0): characters that do not occur in the train part (a Hugging Face tokenizer's)."""
+        if self.hf_tokenizer is not None:
+            return self.hf_tokenizer.unk_id
         return self._require_vocabulary().unk_id
 
     @property
@@ -203,12 +232,17 @@ class CharLMDataModule(BaseDataModule):
         return self._require_vocabulary().stoi
 
     def encode(self, text: str) -> list[int]:
-        """Ids of the characters of ``text`` (unknown characters give ``unk_id``)."""
+        """Ids of the characters of ``text`` (unknown characters give ``unk_id``); a Hugging Face tokenizer's ids,
+        without special tokens."""
+        if self.hf_tokenizer is not None:
+            return self.hf_tokenizer.encode(text, special_tokens=False)
         return self._require_vocabulary().encode(text)
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """The text of ``ids``; ``<unk>`` appears as the five characters ``<unk>``."""
         values = ids.tolist() if isinstance(ids, Tensor) else ids
+        if self.hf_tokenizer is not None:
+            return self.hf_tokenizer.decode(values)
         return "".join(self._require_vocabulary().decode(values))
 
     # --- loading --------------------------------------------------------------------------------------------
@@ -228,6 +262,8 @@ class CharLMDataModule(BaseDataModule):
 
     def encode_tensor(self, text: str) -> Tensor:
         """``encode(text)`` as a 1-D LongTensor, vectorized over code points (fast for large files)."""
+        if self.hf_tokenizer is not None:
+            return torch.tensor(self.encode(text), dtype=torch.long)
         vocab = self._require_vocabulary()
         codes = torch.from_numpy(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64))
         known = [(ord(token), i) for i, token in enumerate(vocab.itos) if len(token) == 1]
@@ -247,22 +283,24 @@ class CharLMDataModule(BaseDataModule):
             return  # prompts are read by predict_dataloader, with the checkpoint's vocabulary
         name = type(self).__name__
         text = self.read_text()
-        n_val = int(round(len(text) * self.val_fraction))
-        boundary = len(text) - n_val
-        span = self.block_size + 1
-        if boundary < span or n_val < span:
-            raise ValueError(
-                f"{name}: {str(self.path)!r} has {len(text)} characters; with val_fraction={self.val_fraction} "
-                f"the train part has {boundary} and the val part {n_val}, but each needs at least block_size + 1 = "
-                f"{span} for one window: use a longer text, a smaller block_size or another val_fraction"
-            )
-        if self.vocabulary is None:
+        boundary = len(text) - int(round(len(text) * self.val_fraction))
+        if self.vocabulary is None and self.hf_tokenizer is None:
             self.vocabulary = Vocabulary.build([text[:boundary]], specials=(UNK,))
-        data = self.encode_tensor(text)
+        # a tokenizer's tokens may span the boundary: each part is encoded on its own (the same as slicing for chars)
+        train, val = self.encode_tensor(text[:boundary]), self.encode_tensor(text[boundary:])
+        span = self.block_size + 1
+        if len(train) < span or len(val) < span:
+            unit = "characters" if self.hf_tokenizer is None else f"tokens of {self.tokenizer!r}"
+            raise ValueError(
+                f"{name}: {str(self.path)!r} has {len(train) + len(val)} {unit}; with val_fraction="
+                f"{self.val_fraction} the train part has {len(train)} and the val part {len(val)}, but each needs at "
+                f"least block_size + 1 = {span} for one window: use a longer text, a smaller block_size or another "
+                "val_fraction"
+            )
         self.boundary = boundary
         self.datasets = {
-            "train": WindowDataset(data[:boundary], self.block_size, self.stride),
-            "val": WindowDataset(data[boundary:], self.block_size, self.stride),
+            "train": WindowDataset(train, self.block_size, self.stride),
+            "val": WindowDataset(val, self.block_size, self.stride),
         }
         n_train = len(self.datasets["train"])  # type: ignore[arg-type]
         if self.drop_last and n_train < self.batch_size:
@@ -307,11 +345,26 @@ class CharLMDataModule(BaseDataModule):
 
     # --- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The vocabulary (plain lists), stored by Lightning in checkpoints; empty before ``setup``."""
-        return {} if self.vocabulary is None else {"vocabulary": self.vocabulary.state_dict()}
+        """The vocabulary (plain lists), stored by Lightning in checkpoints, empty before ``setup``; a Hugging Face
+        tokenizer's name and size."""
+        if self.hf_tokenizer is not None:
+            return self.hf_tokenizer.state_dict()
+        return {} if self.vocabulary is None else {"vocabulary": self.vocabulary.state_dict(), "tokenizer": "char"}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Use a saved vocabulary; windows already built are re-encoded with it."""
+        """Use a saved vocabulary (a tokenizer other than the checkpoint's is refused); windows already built are
+        re-encoded with it."""
+        if not state_dict:
+            return
+        saved = state_dict.get("tokenizer", "char")  # checkpoints from before the tokenizer option: characters
+        if saved != self.tokenizer:
+            raise ValueError(
+                f"{type(self).__name__}: the checkpoint was trained with tokenizer={saved!r}, but this module has "
+                f"tokenizer={self.tokenizer!r}; set tokenizer: {saved}"
+            )
+        if self.hf_tokenizer is not None:
+            self.hf_tokenizer.check_state(state_dict, type(self).__name__)
+            return
         if "vocabulary" not in state_dict:
             return
         self.vocabulary = Vocabulary.from_state_dict(state_dict["vocabulary"])
