@@ -162,6 +162,13 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             "(raw rows in, the columns of `recipes predict` out; `mlflow.pyfunc.load_model`, `mlflow models serve`).",
         )
         parser.add_argument(
+            "--system_metrics_interval",
+            type=float,
+            default=10.0,
+            help="Seconds between samples of MLflow's system metrics for the run (CPU, memory, disk, network; GPU "
+            "utilization and memory where present), series system/*; 0 turns them off.",
+        )
+        parser.add_argument(
             "--register_model",
             type=str | None,
             default=None,
@@ -329,6 +336,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             interactive=sys.stdout.isatty(),
             mlflow_model=bool(cfg.get("mlflow_model", True)),
             register_model=cfg.get("register_model"),
+            system_metrics_interval=float(cfg.get("system_metrics_interval") or 0.0),
         )
 
     # --- run --------------------------------------------------------------------------------------------------

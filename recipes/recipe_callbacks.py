@@ -34,6 +34,7 @@ from recipes.predictions import PredictionCsvWriter
 from recipes.progress import EpochSummary
 from recipes.random_state import RandomStates
 from recipes.sweep_trial import active_trial
+from recipes.system_metrics import SystemMetrics
 from recipes.run_continuity import RunContinuity
 
 
@@ -53,6 +54,7 @@ class RecipeRun:
     interactive: bool = False  # stdout is a terminal (a progress bar, no epoch lines)
     mlflow_model: bool = True  # log the fitted model as an MLflow pyfunc model
     register_model: str | None = None  # ... and register it under this name
+    system_metrics_interval: float = 10.0  # seconds between MLflow system-metric samples; 0: none
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,13 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         lambda run: MlflowModel(run.register_model),
         "the best checkpoint as an MLflow pyfunc model when a fit finishes (registered with --register_model)",
         applies=lambda run: run.tracked and (run.mlflow_model or run.register_model is not None),
+    ),
+    CallbackSlot(
+        "system_metrics",
+        ("fit", "validate", "test", "predict"),
+        lambda run: SystemMetrics(run.system_metrics_interval),
+        "MLflow's CPU, memory, disk, network and GPU series for the run, sampled in their own thread",
+        applies=lambda run: run.tracked and run.system_metrics_interval > 0,
     ),
     CallbackSlot("confusion_matrix", EVALUATION, lambda run: ConfusionMatrixArtifact(), "a PNG per evaluated split"),
     CallbackSlot(

@@ -41,6 +41,11 @@ class TrackedRun:
         """The MLflow run id (``None`` on DDP ranks other than 0, unless given)."""
         return self.logger.run_id
 
+    @property
+    def tracking_uri(self) -> str:
+        """The tracking store the run lives in."""
+        return str(self.logger.experiment.tracking_uri)
+
     def _write(self, action: Callable[[], Any], default: Any = None) -> Any:
         """Run one store write; when the store refuses it and the logger keeps a journal (``RecipeLogger``), warn
         once through the logger and go on (the journal keeps the record); otherwise the error propagates."""
