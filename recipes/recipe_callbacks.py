@@ -24,6 +24,7 @@ from recipes.callback_group import CallbackGroup
 from recipes.callbacks import LoopDoctor, TrainingPlan
 from recipes.checkpoint_locations import RunCheckpoint
 from recipes.confusion_matrix import ConfusionMatrixArtifact
+from recipes.data_inputs import DataInputs
 from recipes.early_stopping import RecipeEarlyStopping
 from recipes.evaluation_interruptions import StopEvaluationOnSignal
 from recipes.initial_weights_record import InitialWeightsRecord
@@ -155,6 +156,13 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         lambda run: MlflowModel(run.register_model),
         "the best checkpoint as an MLflow pyfunc model when a fit finishes (registered with --register_model)",
         applies=lambda run: run.tracked and (run.mlflow_model or run.register_model is not None),
+    ),
+    CallbackSlot(
+        "data_inputs",
+        ("fit", "validate", "test", "predict"),
+        lambda run: DataInputs(),
+        "the splits the command uses as MLflow dataset inputs, with a digest of their content",
+        applies=lambda run: run.tracked,
     ),
     CallbackSlot(
         "system_metrics",

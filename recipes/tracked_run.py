@@ -58,6 +58,10 @@ class TrackedRun:
             failed(err)
             return default
 
+    def log_inputs(self, inputs: list[Any]) -> None:
+        """Log MLflow dataset inputs (``mlflow.entities.DatasetInput``) to the run."""
+        self._write(lambda: self.logger.experiment.log_inputs(self.logger.run_id, datasets=inputs))
+
     def set_tag(self, key: str, value: Any) -> None:
         """Set one run tag (as a string)."""
         record = getattr(self.logger, "record", None)

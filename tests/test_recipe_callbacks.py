@@ -40,6 +40,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "lr_monitor",
         "early_stopping",
         "mlflow_model",
+        "data_inputs",
         "system_metrics",
         "confusion_matrix",
         "epoch_summary",
@@ -56,7 +57,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
     ]
     assert [type(c).__name__ for c in grouped[0].members] == [
         "TrainingPlan", "InitialWeightsRecord", "RunContinuity", "StopOnSignal", "LearningRateMonitor", "MlflowModel",
-        "SystemMetrics", "ConfusionMatrixArtifact", "EpochSummary",
+        "DataInputs", "SystemMetrics", "ConfusionMatrixArtifact", "EpochSummary",
     ]
     built = [c for c in grouped if not isinstance(c, CallbackGroup)]
     assert [type(c).__name__ for c in flat(grouped)] == [
@@ -66,6 +67,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "StopOnSignal",
         "LearningRateMonitor",
         "MlflowModel",
+        "DataInputs",
         "SystemMetrics",
         "ConfusionMatrixArtifact",
         "EpochSummary",
@@ -85,9 +87,12 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
     "stage, overrides, expected",
     [
         ("fit", {"tracked": False, "early_stopping_patience": None, "interactive": True}, None),
-        ("validate", {}, ["stop_evaluation_on_signal", "system_metrics", "confusion_matrix", "epoch_summary"]),
-        ("test", {"interactive": True}, ["stop_evaluation_on_signal", "system_metrics", "confusion_matrix"]),
-        ("predict", {"system_metrics_interval": 0.0}, ["stop_evaluation_on_signal", "predictions", "epoch_summary"]),
+        ("validate", {}, ["stop_evaluation_on_signal", "data_inputs", "system_metrics", "confusion_matrix",
+                          "epoch_summary"]),
+        ("test", {"interactive": True}, ["stop_evaluation_on_signal", "data_inputs", "system_metrics",
+                                         "confusion_matrix"]),
+        ("predict", {"system_metrics_interval": 0.0}, ["stop_evaluation_on_signal", "data_inputs", "predictions",
+                                                       "epoch_summary"]),
     ],
 )
 def test_conditions_and_stages_select_rows(stage, overrides, expected):
