@@ -347,6 +347,18 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         raise error
 
 
+COMMANDS = """recipes commands:
+  fit        train a recipe:                   recipes fit -c configs/spiral_mlp.yaml
+  validate   evaluate a checkpoint on val:     recipes validate -c ... --ckpt_path best|last|mlflow:<run>/best|<file>
+  test       evaluate a checkpoint on test:    recipes test -c ... --ckpt_path best
+  predict    predict new data (a CSV):         recipes predict -c ... --ckpt_path best --data.init_args.predict_path F
+  compare    runs side by side:                recipes compare [--experiment E] [--sweep STUDY] [--plot P]
+  sweep      hyperparameter search (Optuna):   recipes sweep -c <recipe> -c configs/sweeps/<recipe>.yaml --n_trials N
+  sync       write a run's journal to MLflow:  recipes sync [--checkpoints_dir checkpoints]
+Each takes --help.
+"""
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``recipes`` and ``python -m recipes``; ``args`` defaults to ``sys.argv[1:]``.
 
@@ -355,6 +367,8 @@ def main(args: list[str] | None = None) -> None:
     mark the MLflow run KILLED and exit 143 / 130. ``recipes compare ...`` compares runs (``recipes.compare``).
     """
     argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(COMMANDS)  # LightningCLI's help below lists only its own four
     if argv[:1] == ["compare"]:
         from recipes.compare import main as compare_main
 

@@ -295,3 +295,11 @@ def test_python_dash_m_recipes_is_the_same_command(workdir):
     out = subprocess.run([sys.executable, "-m", "recipes", "fit", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     assert "--early_stopping_patience" in out.stdout and "--ckpt_path" in out.stdout
+
+
+def test_recipes_help_lists_every_command(workdir):
+    out = subprocess.run([sys.executable, "-m", "recipes", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    listed = [line.split()[0] for line in out.stdout.split("Each takes --help.")[0].splitlines()[1:] if line.strip()]
+    assert listed == ["fit", "validate", "test", "predict", "compare", "sweep", "sync"]
+    assert "{fit,validate,test,predict}" in out.stdout  # LightningCLI's own help follows
