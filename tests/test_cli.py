@@ -13,6 +13,7 @@ import yaml
 
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
+from tests.hf_models import hf_overrides
 
 RECIPES = sorted(p for p in CONFIGS.glob("*.yaml"))
 FRAGMENTS = sorted(p for p in (CONFIGS / "trainer").glob("*.yaml"))
@@ -183,7 +184,7 @@ def test_second_run_with_another_lr_is_a_second_run(workdir):
 def test_every_config_runs_with_fast_dev_run(workdir, recipe, fragment, monkeypatch):
     if (REPO / "data").is_dir():
         (workdir / "data").symlink_to(REPO / "data")  # recipes name their data relative to the repository root
-    args = ["fit", "-c", str(recipe)]
+    args = ["fit", "-c", str(recipe), *hf_overrides(recipe)]  # a hub model: the tiny local stand-in, nothing downloaded
     ddp = False
     if fragment is not None:
         args += ["-c", str(fragment)]

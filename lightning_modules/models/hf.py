@@ -17,9 +17,10 @@ HF_EXTRA = 'pip install "loopwise[hf]"'
 POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length", "seq_length")
 
 
-class HFExtraMissing(ImportError, ValueError):
-    """``transformers`` is not installed. An ``ImportError``, and also a ``ValueError`` so that the recipes command
-    reports it as a one-line input error like any other bad config value."""
+class HFExtraMissing(ValueError):
+    """``transformers`` is not installed: a ``ValueError`` like any other bad configuration value, so the recipes
+    command reports it as one line (jsonargparse would turn an ``ImportError`` raised while building a class into
+    "Problem with given class_path" and lose the message); catch it by this name."""
 
 
 def import_transformers(what: str) -> Any:
@@ -33,7 +34,7 @@ def import_transformers(what: str) -> Any:
 
 def load_pretrained(auto_class: Any, name_or_path: str, what: str, revision: str | None, **kwargs: Any) -> nn.Module:
     """``auto_class.from_pretrained(name_or_path, ...)`` in float32 (transformers 5 keeps a checkpoint's own dtype by
-    default; Lightning's ``precision`` decides the compute dtype). A local directory is read with
+    default; Lightning's ``precision`` decides the compute dtype) and in train mode. A local directory is read with
     ``local_files_only`` (nothing is asked of the hub); a load that fails is one ``ValueError`` line."""
     local = Path(name_or_path).expanduser()
     if local.is_dir():
@@ -51,7 +52,9 @@ def load_pretrained(auto_class: Any, name_or_path: str, what: str, revision: str
             f"{what}: cannot load {name_or_path!r}: it is neither a local directory saved with save_pretrained nor a "
             f"Hugging Face hub model that can be loaded ({reason})"
         ) from None
-    return model.float()
+    # from_pretrained returns the model in eval mode; a module is built in train mode (dropout on while training:
+    # Lightning leaves each module's mode as it finds it)
+    return model.float().train()
 
 
 def position_limit(config: Any) -> int | None:
