@@ -67,8 +67,9 @@ class FineTuning:
 
     @property
     def starts_pretrained(self) -> bool:
-        """Whether the network starts from loaded weights (its first loss is then no fresh network's)."""
-        return self.initial_weights is not None
+        """Whether the network starts from trained weights: ``init_from``, or a network that says so
+        (``pretrained = True``, e.g. the Hugging Face networks). Its first loss is then no fresh network's."""
+        return self.initial_weights is not None or bool(getattr(self.network, "pretrained", False))
 
     def load_weights(self, path: str | None = None) -> WeightsReport | None:
         """Load ``init_from`` (or ``path``, its local copy) into the network once; ``None`` without ``init_from``."""

@@ -81,7 +81,10 @@ class LanguageModelModule(Task):
         return MetricCollection({"ppl": Perplexity(ignore_index=self.ignore_index)})
 
     def expected_initial_loss(self) -> float | None:
-        """ln(vocab_size): the next-token cross entropy of a uniform guess over the vocabulary."""
+        """ln(vocab_size): the next-token cross entropy of a uniform guess over the vocabulary; ``None`` for a
+        network that starts from trained weights (``init_from``, or a pretrained Hugging Face model)."""
+        if self.fine_tuning.starts_pretrained:
+            return None
         tokens = int(self.vocab_size)
         return math.log(tokens) if tokens >= 2 else None
 

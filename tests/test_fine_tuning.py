@@ -250,3 +250,18 @@ def test_unfreezing_on_schedule_is_refused_with_several_processes():
     frozen_for_good = ClassificationModule(mlp(), num_classes=3, freeze=["net.0"])
     frozen_for_good.fine_tuning.freeze_schedule.setup(SimpleNamespace(world_size=2, strategy=None), frozen_for_good, "fit")
     assert not frozen_for_good.model.net[0].weight.requires_grad
+
+
+def test_a_network_that_starts_trained_has_no_expected_first_loss(pretrained):
+    source, folder = pretrained
+    gpt = GPT(vocab_size=11, block_size=8, d_model=16, n_layers=1, n_heads=2)
+    assert LanguageModelModule(gpt, vocab_size=11).expected_initial_loss() == pytest.approx(math.log(11))
+    torch.save(gpt.state_dict(), folder / "gpt.pt")
+    started = LanguageModelModule(GPT(vocab_size=11, block_size=8, d_model=16, n_layers=1, n_heads=2), vocab_size=11,
+                                  init_from=str(folder / "gpt.pt"))
+    assert started.expected_initial_loss() is None
+
+    class Pretrained(MLP):
+        pretrained = True  # what the Hugging Face networks declare
+
+    assert ClassificationModule(Pretrained(2, 3, [4]), num_classes=3).expected_initial_loss() is None

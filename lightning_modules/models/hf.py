@@ -123,6 +123,9 @@ class HFSequenceClassifier(nn.Module):
         revision: Hub revision (branch, tag or commit hash) to load; ignored for a local directory.
     """
 
+    #: the weights come trained: the loop doctor expects no fresh network's first loss
+    pretrained: bool = True
+
     def __init__(
         self,
         name_or_path: str,
@@ -185,6 +188,9 @@ class HFCausalLM(nn.Module):
             position embeddings are shorter. Null: the model's limit.
         revision: Hub revision (branch, tag or commit hash) to load; ignored for a local directory.
     """
+
+    #: the weights come trained: the loop doctor expects no fresh network's first loss
+    pretrained: bool = True
 
     def __init__(
         self,
