@@ -3,9 +3,16 @@
     python benchmarks/recipes_table.py                 # all recipes, prints a markdown table
     python benchmarks/recipes_table.py --write-readme  # also replaces the table in README.md
     python benchmarks/recipes_table.py spiral_mlp digits_convnet
+    python benchmarks/recipes_table.py --check-reproducible digits_convnet   # twice; fails if a metric differs
 
 Each recipe runs as a user would run it: ``recipes fit -c configs/<recipe>.yaml`` then ``recipes test|validate
 --ckpt_path best`` in a fresh temporary directory (its own mlflow.db), and its metric is read back from MLflow.
+torch's intra-op threads are pinned for those commands (``--threads``, default 2, through ``OMP_NUM_THREADS`` and
+``MKL_NUM_THREADS``): CPU kernels that sum over a dimension (the weight gradients of a convolution or a Linear
+layer) split the sum across threads, so the rounding, and after a few hundred steps the trained weights and the
+test metrics, depend on the thread count. With ``--check-reproducible`` (on for ``--write-readme``) every recipe
+runs twice, each time in a fresh directory, and any metric that differs between the two runs is printed with both
+values and fails the script (exit status 1; README.md is then not written).
 Baselines are fitted on exactly the recipe's train split and scored on its test split, taken from the recipe's
 own data module: scikit-learn's SVC and LogisticRegression (digits), HistGradientBoosting (tabular, regression),
 Ridge (regression), bag-of-tokens logistic regression (text), the unigram entropy (character LM).
@@ -32,14 +39,27 @@ README = REPO / "README.md"
 START, END = "<!-- recipes-table:start -->", "<!-- recipes-table:end -->"
 
 
-def run_recipe(name: str, evaluate: str) -> tuple[dict[str, float], float]:
-    """Fit a recipe and evaluate its best checkpoint; returns (metrics of the evaluation run, fit seconds)."""
+DEFAULT_THREADS = 2
+
+
+def recipe_environment(threads: int) -> dict[str, str]:
+    """This process's environment for a recipe's commands: no tracking URI (each run gets its own mlflow.db), and
+    torch's intra-op threads pinned to ``threads`` (0: left to torch, which starts one per physical core)."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    if threads > 0:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_recipe(name: str, evaluate: str, threads: int = DEFAULT_THREADS) -> tuple[dict[str, float], float]:
+    """Fit a recipe and evaluate its best checkpoint in a fresh directory; returns (metrics of the evaluation run,
+    with ``epochs`` the fit's number of epochs, and fit seconds)."""
     from mlflow.tracking import MlflowClient
 
     config = REPO / "configs" / f"{name}.yaml"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "data").symlink_to(REPO / "data")
-        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        env = recipe_environment(threads)
         start = time.perf_counter()
         subprocess.run(["recipes", "fit", "-c", str(config)], cwd=tmp, env=env, check=True, capture_output=True)
         fit_seconds = time.perf_counter() - start
@@ -53,6 +73,17 @@ def run_recipe(name: str, evaluate: str) -> tuple[dict[str, float], float]:
         metrics = dict(evaluation.data.metrics)
         metrics["epochs"] = float(len(client.get_metric_history(fit.info.run_id, "val/loss")))  # one per epoch
         return metrics, fit_seconds
+
+
+def differing_metrics(first: dict[str, float], second: dict[str, float]) -> list[str]:
+    """One line per metric that is not bit-for-bit the same in two runs (or is missing from one), with both
+    values; empty when the runs agree."""
+    lines = []
+    for key in sorted(set(first) | set(second)):
+        a, b = first.get(key), second.get(key)
+        if a is None or b is None or not (a == b or (math.isnan(a) and math.isnan(b))):
+            lines.append(f"{key}: first run {a!r}, second run {b!r}")
+    return lines
 
 
 def split_arrays(datamodule: Any) -> tuple[Any, Any, Any, Any]:
@@ -159,25 +190,62 @@ RECIPES: dict[str, tuple[str, Callable[[dict[str, float]], str], Callable[[], st
 }
 
 
+def cpu_name() -> str:
+    """The processor's model name (its kernels' rounding can differ from another processor's), or the machine."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="*", default=list(RECIPES), help="recipe names (default: all)")
     parser.add_argument("--write-readme", action="store_true", help="replace the recipe table in README.md")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
+                        help=f"torch intra-op threads of the recipe runs (default {DEFAULT_THREADS}; 0: torch's "
+                             "default, one per physical core, which makes the numbers depend on the machine)")
+    parser.add_argument("--check-reproducible", action=argparse.BooleanOptionalAction, default=None,
+                        help="run every recipe twice, each in a fresh directory, and fail when a metric differs "
+                             "(default: on with --write-readme, off otherwise)")
     args = parser.parse_args(argv)
-    rows = []
+    check = args.write_readme if args.check_reproducible is None else args.check_reproducible
+    unknown = [name for name in args.recipes if name not in RECIPES]
+    if unknown:
+        parser.error(f"unknown recipe(s) {unknown}; choose from {list(RECIPES)}")
+    rows, failures = [], []
     for name in args.recipes:
         if not (REPO / "configs" / f"{name}.yaml").is_file():
             print(f"skip {name}: configs/{name}.yaml does not exist", file=sys.stderr)
             continue
         evaluate, describe, baseline = RECIPES[name]
-        metrics, seconds = run_recipe(name, evaluate)
+        metrics, seconds = run_recipe(name, evaluate, args.threads)
+        if check:
+            again, seconds_again = run_recipe(name, evaluate, args.threads)
+            differences = differing_metrics(metrics, again)
+            for line in differences:
+                print(f"NOT REPRODUCIBLE {name}: {line}", file=sys.stderr, flush=True)
+            if differences:
+                failures.append(name)
+            else:
+                print(f"{name}: two runs in fresh directories gave the same {len(metrics)} metrics", flush=True)
+            seconds = min(seconds, seconds_again)
         peer = baseline() if baseline is not None else "-"
         rows.append(f"| `configs/{name}.yaml` | {describe(metrics)} | {peer} | {int(metrics['epochs'])} | "
                     f"{seconds:.0f} s |")
         print(rows[-1], flush=True)
+    import torch
+
+    threads = f"torch threads pinned to {args.threads}" if args.threads > 0 else "torch threads default"
+    checked = ", every recipe run twice with identical metrics" if check and not failures else ""
     header = [
-        f"Measured {date.today().isoformat()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"torch threads default, by `python benchmarks/recipes_table.py` (fit wall time includes start-up).",
+        f"Measured {date.today().isoformat()} on {cpu_name()} ({platform.machine()}, {os.cpu_count()} CPU cores), "
+        f"torch {torch.__version__}, {threads}{checked}, by `python benchmarks/recipes_table.py"
+        f"{'' if args.threads == DEFAULT_THREADS else f' --threads {args.threads}'}` "
+        f"(fit wall time includes start-up{'; the faster of the two runs' if check else ''}).",
         "",
         "| recipe | result (best checkpoint) | peer baseline, same split | epochs | fit wall time |",
         "|---|---|---|---|---|",
@@ -185,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     table = "\n".join(header + rows)
     print()
     print(table)
+    if failures:
+        sys.exit(f"not reproducible: {', '.join(failures)} (the differing metrics are above); README.md not written")
     if args.write_readme:
         text = README.read_text()
         if START not in text or END not in text:

@@ -119,6 +119,45 @@ def test_run_all_renders_rows_and_verdicts(bench):
     assert run_all.START in text and run_all.END in text
 
 
+def test_recipes_table_pins_threads_and_names_each_metric_that_differs(bench):
+    table = bench("recipes_table.py")
+    env = table.recipe_environment(2)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "2" and "MLFLOW_TRACKING_URI" not in env
+    assert table.differing_metrics({"test/acc": 0.5, "epochs": 3.0}, {"test/acc": 0.5, "epochs": 3.0}) == []
+    assert table.differing_metrics({"test/acc": float("nan")}, {"test/acc": float("nan")}) == []
+    assert table.differing_metrics({"test/acc": 1.0, "test/loss": 0.25}, {"test/acc": 0.9925650358200073}) == [
+        "test/acc: first run 1.0, second run 0.9925650358200073", "test/loss: first run 0.25, second run None"]
+
+
+def test_recipes_table_check_reproducible_fails_on_a_difference_and_leaves_the_readme(bench, capsys, monkeypatch,
+                                                                                     tmp_path):
+    """Two runs of a recipe that disagree: both values printed, exit status 1, README not written; runs that agree
+    write the table with the pinned thread count in its header."""
+    table = bench("recipes_table.py")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{table.START}\nold\n{table.END}\nafter\n")
+    monkeypatch.setattr(table, "README", readme)
+    draws = iter([0.99, 1.0])
+    calls = []
+
+    def fake_run(name, evaluate, threads):
+        calls.append((name, threads))
+        return {"test/acc": next(draws), "epochs": 40.0}, 12.0
+
+    monkeypatch.setattr(table, "run_recipe", fake_run)
+    with pytest.raises(SystemExit, match="not reproducible: spiral_mlp"):
+        table.main(["spiral_mlp", "--write-readme"])
+    assert calls == [("spiral_mlp", 2), ("spiral_mlp", 2)]
+    assert "NOT REPRODUCIBLE spiral_mlp: test/acc: first run 0.99, second run 1.0" in capsys.readouterr().err
+    assert "old" in readme.read_text()
+    monkeypatch.setattr(table, "run_recipe", lambda name, evaluate, threads: ({"test/acc": 0.99, "epochs": 40.0}, 9.0))
+    table.main(["spiral_mlp", "--write-readme"])
+    written = readme.read_text()
+    assert "| `configs/spiral_mlp.yaml` | test acc 0.9900 | - | 40 | 9 s |" in written and "old" not in written
+    assert "torch threads pinned to 2, every recipe run twice with identical metrics" in written
+    assert written.startswith("before\n") and written.endswith("after\n")
+
+
 def test_import_recipes_cli_loads_no_heavy_optional_library():
     """``import recipes.cli`` (every ``recipes`` command) loads nothing heavy that ``import torch, lightning`` does not
     load already: mlflow, pandas, pyarrow and scikit-learn are imported only where they are used."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from datamodules.base import split_indices
-from datamodules.digits import DigitsDataModule, load_digit_images
+from datamodules.digits import DigitsDataModule, load_digit_images, shift_images
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
 
@@ -98,3 +98,49 @@ def test_mlp_learns_the_digits():
     trainer.fit(module, datamodule=dm)
     accuracy = trainer.callback_metrics["val/acc"].item()
     assert accuracy > 0.8, accuracy
+
+
+def test_shift_images_moves_each_image_by_its_own_offset_and_fills_the_border():
+    images = torch.arange(16.0).reshape(1, 1, 4, 4).repeat(200, 1, 1, 1)
+    torch.manual_seed(0)
+    shifted = shift_images(images, 1, fill=-9.0)
+    torch.manual_seed(0)
+    offsets = torch.randint(-1, 2, (200, 2)).tolist()
+    padded = torch.nn.functional.pad(images, (1, 1, 1, 1), value=-9.0)
+    for i, (dy, dx) in enumerate(offsets):
+        assert torch.equal(shifted[i, 0], padded[i, 0, 1 - dy : 5 - dy, 1 - dx : 5 - dx])
+    assert {tuple(o) for o in offsets} == {(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)}
+    down_right = offsets.index([1, 1])
+    assert shifted[down_right, 0, 0].tolist() == [-9.0] * 4 and shifted[down_right, 0, 1, 1:].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+def test_max_shift_augments_train_batches_only_and_follows_the_seed(flatten):
+    dm = DigitsDataModule(flatten=flatten, max_shift=1, batch_size=64)
+    dm.setup("fit")
+    plain = DigitsDataModule(flatten=flatten, batch_size=64)
+    plain.setup("fit")
+    for split in ("train", "val", "test"):  # the stored splits (digests, baselines) are not shifted
+        assert torch.equal(dm.datasets[split].tensors[0], plain.datasets[split].tensors[0])
+    assert torch.equal(next(iter(dm.val_dataloader()))[0], next(iter(plain.val_dataloader()))[0])
+
+    def first_batch(seed: int) -> torch.Tensor:
+        torch.manual_seed(seed)
+        return next(iter(dm.train_dataloader()))[0]
+
+    x, x_again, other = first_batch(0), first_batch(0), first_batch(1)
+    unshifted = next(iter(plain.train_dataloader()))[0]
+    assert x.shape == unshifted.shape and torch.equal(x, x_again) and not torch.equal(x, other)
+    assert not torch.equal(x, unshifted)
+    blank = dm.standardizer.transform(torch.zeros(1)).item()
+    assert dm.datasets["train"].fill == pytest.approx(blank)
+    assert x.min().item() == pytest.approx(blank)  # borders moved in are blank pixels, nothing darker
+    resident = DigitsDataModule(flatten=flatten, max_shift=1, batch_size=64, device_resident=True)
+    resident.setup("fit")
+    torch.manual_seed(0)
+    assert torch.equal(next(iter(resident.train_dataloader()))[0], x)
+
+
+def test_max_shift_out_of_range_is_an_error():
+    with pytest.raises(ValueError, match=r"max_shift must be in \[0, 7\], got 8"):
+        DigitsDataModule(max_shift=8)
