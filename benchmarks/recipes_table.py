@@ -7,8 +7,8 @@
 
 Each recipe runs as a user would run it: ``recipes fit -c configs/<recipe>.yaml`` then ``recipes test|validate
 --ckpt_path best`` in a fresh temporary directory (its own mlflow.db), and its metric is read back from MLflow.
-torch's intra-op threads are pinned for those commands (``--threads``, default 2, through ``OMP_NUM_THREADS`` and
-``MKL_NUM_THREADS``): CPU kernels that sum over a dimension (the weight gradients of a convolution or a Linear
+torch's intra-op threads are pinned for those commands (``--threads``, default 2, the recipes' own
+``torch_threads``, passed as ``--torch_threads``; 0 passes ``null``: torch's default): CPU kernels that sum over a dimension (the weight gradients of a convolution or a Linear
 layer) split the sum across threads, so the rounding, and after a few hundred steps the trained weights and the
 test metrics, depend on the thread count. With ``--check-reproducible`` (on for ``--write-readme``) every recipe
 runs twice, each time in a fresh directory, and any metric that differs between the two runs is printed with both
@@ -42,13 +42,15 @@ START, END = "<!-- recipes-table:start -->", "<!-- recipes-table:end -->"
 DEFAULT_THREADS = 2
 
 
-def recipe_environment(threads: int) -> dict[str, str]:
-    """This process's environment for a recipe's commands: no tracking URI (each run gets its own mlflow.db), and
-    torch's intra-op threads pinned to ``threads`` (0: left to torch, which starts one per physical core)."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    if threads > 0:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-    return env
+def recipe_environment() -> dict[str, str]:
+    """This process's environment for a recipe's commands, without a tracking URI (each run gets its own
+    mlflow.db)."""
+    return {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+
+
+def thread_arguments(threads: int) -> list[str]:
+    """The recipe option that pins torch's intra-op threads (0: left to torch, one per physical core)."""
+    return ["--torch_threads", str(threads) if threads > 0 else "null"]
 
 
 def run_recipe(name: str, evaluate: str, threads: int = DEFAULT_THREADS) -> tuple[dict[str, float], float]:
@@ -59,11 +61,12 @@ def run_recipe(name: str, evaluate: str, threads: int = DEFAULT_THREADS) -> tupl
     config = REPO / "configs" / f"{name}.yaml"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "data").symlink_to(REPO / "data")
-        env = recipe_environment(threads)
+        env = recipe_environment()
+        pin = thread_arguments(threads)
         start = time.perf_counter()
-        subprocess.run(["recipes", "fit", "-c", str(config)], cwd=tmp, env=env, check=True, capture_output=True)
+        subprocess.run(["recipes", "fit", "-c", str(config), *pin], cwd=tmp, env=env, check=True, capture_output=True)
         fit_seconds = time.perf_counter() - start
-        subprocess.run(["recipes", evaluate, "-c", str(config), "--ckpt_path", "best"], cwd=tmp, env=env, check=True,
+        subprocess.run(["recipes", evaluate, "-c", str(config), "--ckpt_path", "best", *pin], cwd=tmp, env=env, check=True,
                        capture_output=True)
         client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
         exp = client.get_experiment_by_name(name)

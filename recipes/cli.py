@@ -141,6 +141,14 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             "matmuls; set by configs/trainer/gpu-*.yaml). Ignored on CPU.",
         )
         parser.add_argument(
+            "--torch_threads",
+            type=int | None,
+            default=None,
+            help="torch.set_num_threads for this run (every process of it). CPU kernels split their sums across "
+            "threads, so CPU results depend on the count: the recipes pin 2, so they give the same numbers on any "
+            "machine. null: torch's default (one thread per core, or OMP_NUM_THREADS).",
+        )
+        parser.add_argument(
             "--checkpoints_dir",
             type=str,
             default="checkpoints",

@@ -3,6 +3,8 @@ CUDA, or bf16 on a GPU without it, is one clear line instead of a slow or failin
 
 from __future__ import annotations
 
+import os
+
 import torch
 from jsonargparse import Namespace
 
@@ -12,8 +14,8 @@ class DeviceSettingError(ValueError):
 
 
 def apply_device_settings(cfg: Namespace) -> None:
-    """Check ``trainer.accelerator`` and ``trainer.precision`` against the machine, and apply
-    ``float32_matmul_precision`` on CUDA. Raises ``DeviceSettingError`` with the fix."""
+    """Check ``trainer.accelerator`` and ``trainer.precision`` against the machine, apply ``torch_threads`` (torch's
+    intra-op thread count) and ``float32_matmul_precision`` on CUDA. Raises ``DeviceSettingError`` with the fix."""
     precision = str(cfg.trainer.get("precision"))
     accelerator = str(cfg.trainer.get("accelerator"))
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
@@ -21,6 +23,16 @@ def apply_device_settings(cfg: Namespace) -> None:
             f"trainer.accelerator={accelerator!r} (e.g. from configs/trainer/gpu-*.yaml) but torch sees no CUDA "
             "device: leave that -c out, use -c configs/trainer/cpu.yaml, or pass --trainer.accelerator cpu"
         )
+    threads = cfg.get("torch_threads")
+    if threads is not None:
+        if threads < 1:
+            raise DeviceSettingError(
+                f"torch_threads={threads}: give a number of threads >= 1, or null for torch's default"
+            )
+        torch.set_num_threads(threads)
+        # Lightning's DDP launchers set torch's threads to cores / processes unless OMP_NUM_THREADS is set; the
+        # run's own setting wins, in this process and in the ones the launcher starts
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     matmul_precision = cfg.get("float32_matmul_precision")
     if matmul_precision and accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         torch.set_float32_matmul_precision(matmul_precision)

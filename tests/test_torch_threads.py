@@ -1,0 +1,69 @@
+"""`torch_threads`: a recipe's numbers do not depend on the machine's core count (issue 18, part 7).
+
+CPU kernels split their sums (a convolution's or a Linear layer's weight gradient) across torch's intra-op threads,
+so another thread count rounds differently and trains other weights. torch starts one thread per core, so before the
+recipes pinned the count a clone on a 1-core or an 8-core machine got other numbers than the README's table.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from recipes.cli import main
+from tests.conftest import CONFIGS, REPO, SPIRAL
+
+DIGITS = CONFIGS / "digits_convnet.yaml"
+
+
+def test_every_recipe_pins_two_threads():
+    for recipe in sorted(CONFIGS.glob("*.yaml")):
+        assert "\ntorch_threads: 2\n" in recipe.read_text(), recipe.name
+
+
+def test_the_run_uses_the_configured_thread_count(workdir, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # restored after the test; the run sets its own
+    before = torch.get_num_threads()
+    try:
+        main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1", "--torch_threads", "1"])
+        assert torch.get_num_threads() == 1
+        # Lightning's DDP launchers set cores / processes unless OMP_NUM_THREADS is set: the run's setting is there
+        assert os.environ["OMP_NUM_THREADS"] == "1"
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_thread_count_below_one_is_one_line(workdir, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "-c", str(SPIRAL), "--torch_threads", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "torch_threads=0: give a number of threads >= 1, or null for torch's default" in err
+
+
+def _fit_digits(directory: Path, omp_threads: int, extra: list[str]) -> dict[str, torch.Tensor]:
+    directory.mkdir()
+    (directory / "data").symlink_to(REPO / "data")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["OMP_NUM_THREADS"] = str(omp_threads)  # a machine with this many cores
+    command = [sys.executable, "-m", "recipes", "fit", "-c", str(DIGITS), "--trainer.max_epochs", "2",
+               "--mlflow_model", "false", "--system_metrics_interval", "0", *extra]
+    subprocess.run(command, cwd=directory, env=env, check=True, capture_output=True, timeout=600)
+    (last,) = directory.glob("checkpoints/*/*/last.ckpt")
+    return torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.mark.slow
+def test_the_digits_recipe_trains_the_same_weights_on_machines_with_one_and_two_cores(tmp_path):
+    one_core = _fit_digits(tmp_path / "one", 1, [])
+    two_cores = _fit_digits(tmp_path / "two", 2, [])
+    assert one_core.keys() == two_cores.keys()
+    assert all(torch.equal(one_core[k], two_cores[k]) for k in one_core)
+    # what the pin removes: left to the machine, the same two epochs train other weights
+    unpinned = _fit_digits(tmp_path / "unpinned", 1, ["--torch_threads", "null"])
+    assert not all(torch.equal(unpinned[k], two_cores[k]) for k in two_cores)
