@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
@@ -36,7 +36,10 @@ from recipes.evaluation_interruptions import EvaluationStopped
 from recipes.evaluation_link import link_evaluation_run
 from recipes.initial_weights_record import load_task_initial_weights
 from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
+from recipes.recipe_options import add_recipe_options
+from recipes.recipe_trainer import RecipeTrainer
 from recipes.run_continuity import continue_stamped_run
+from recipes.run_description import describe_command
 from recipes.run_lock import RunLocked, hold_run_lock
 from recipes.run_record import RunRecord
 from recipes.split_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
@@ -111,9 +114,11 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         self.checkpoint: CheckpointSummary | None = None  # the checked --ckpt_path, once parsed
         self.data_changes: list[DataChange] = []  # evaluation on other data settings, allowed by the user
         self.data_sizes = DataSizes()  # the network's sizes, linked from the data module
+        self.command_args = sys.argv[1:] if args is None else list(args)  # described in the run (run_description)
         super().__init__(
             model_class=None,
             datamodule_class=None,
+            trainer_class=RecipeTrainer,  # its methods' docstrings: loopwise's --ckpt_path help
             save_config_callback=RunRecord,
             save_config_kwargs={"save_to_log_dir": False, "overwrite": True},
             auto_configure_optimizers=False,
@@ -127,68 +132,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         self.data_sizes.add_links(parser)
         # the loop doctor's checks, each switchable from YAML (loop_doctor: {data_wait: false}) or the command line
         parser.add_class_arguments(LoopDoctor, "loop_doctor", instantiate=False)
-        parser.add_argument(
-            "--early_stopping_patience",
-            type=int | None,
-            default=None,
-            help="Stop training when the task's monitored metric has not improved for this many validations.",
-        )
-        parser.add_argument(
-            "--float32_matmul_precision",
-            type=Literal["highest", "high", "medium"] | None,
-            default=None,
-            help="torch.set_float32_matmul_precision for runs on CUDA ('high': TF32 tensor cores for float32 "
-            "matmuls; set by configs/trainer/gpu-*.yaml). Ignored on CPU.",
-        )
-        parser.add_argument(
-            "--torch_threads",
-            type=int | None,
-            default=None,
-            help="torch.set_num_threads for this run (every process of it). CPU kernels split their sums across "
-            "threads, so CPU results depend on the count: the recipes pin 2, so they give the same numbers on any "
-            "machine. null: torch's default (one thread per core, or OMP_NUM_THREADS).",
-        )
-        parser.add_argument(
-            "--checkpoints_dir",
-            type=str,
-            default="checkpoints",
-            help="Root directory of checkpoints: <checkpoints_dir>/<experiment>/<run id>/{best,last}.ckpt.",
-        )
-        parser.add_argument(
-            "--allow_data_change",
-            type=bool,
-            default=False,
-            help="validate/test/predict a checkpoint although the data settings differ from the ones it was trained "
-            "with (another seed, split or file: the evaluated rows may include training rows). Recorded as the run "
-            "tag loopwise.allow_data_change.",
-        )
-        parser.add_argument(
-            "--mlflow_model",
-            type=bool,
-            default=True,
-            help="At the end of a finished fit, log the best checkpoint as an MLflow pyfunc model of the run "
-            "(raw rows in, the columns of `recipes predict` out; `mlflow.pyfunc.load_model`, `mlflow models serve`).",
-        )
-        parser.add_argument(
-            "--system_metrics_interval",
-            type=float,
-            default=10.0,
-            help="Seconds between samples of MLflow's system metrics for the run (CPU, memory, disk, network; GPU "
-            "utilization and memory where present), series system/*; 0 turns them off.",
-        )
-        parser.add_argument(
-            "--register_model",
-            type=str | None,
-            default=None,
-            help="Also register the fitted model as a new version of this name in the tracking store's Model "
-            "Registry (models:/<name>/<version>).",
-        )
-        parser.add_argument(
-            "--predictions_path",
-            type=str | None,
-            default=None,
-            help="CSV file for `recipes predict` (default predictions/<experiment>-<time>.csv).",
-        )
+        add_recipe_options(parser)
 
     # --- check ----------------------------------------------------------------------------------------------
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
@@ -317,6 +261,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             kwargs.setdefault("plugins", plugins)
         trainer = super().instantiate_trainer(**kwargs)
         extra = {ALLOW_TAG: "; ".join(c.tag() for c in self.data_changes)} if self.data_changes else {}
+        if not (self.subcommand == "fit" and cfg.get("ckpt_path")):  # a resumed run keeps its first description
+            extra.update(describe_command(str(self.subcommand), self.command_args))
         trial = active_trial()
         if trial is not None and self.subcommand == "fit":
             extra.update(trial.tags())  # a sweep's trial: nested under the sweep's parent run

@@ -126,8 +126,9 @@ class RecipeLogger(MLFlowLogger):
 
     Args:
         experiment_name: MLflow experiment; default: the recipe's file stem.
-        run_name: MLflow run name; default: ``<experiment>-<UTC time>`` (MLflow's own random names repeat between
-            runs, since its generator follows the seeded ``random`` module).
+        run_name: MLflow run name; default: ``<experiment>-<first 8 characters of the run id>``, unique and the
+            prefix of the id that ``mlflow:<run id>`` takes (MLflow's own random names repeat between runs, since its
+            generator follows the seeded ``random`` module).
         tracking_uri: Tracking server or database URI; default: ``MLFLOW_TRACKING_URI`` or ``./mlflow.db``.
         tags: Extra run tags.
         log_model: Upload the best and last checkpoints: ``all`` as they are saved (replacing the previous upload,
@@ -165,6 +166,7 @@ class RecipeLogger(MLFlowLogger):
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
         self._uploader = CheckpointUploader(self._upload_file, min_interval_s=checkpoint_upload_interval)
         self.resumed = run_id is not None
+        self._name_after_id = run_name is None and run_id is None  # renamed <experiment>-<id> once the run exists
         self.killed_by: str | None = None  # the signal that stopped training (``mark_killed``), if any
         self._steps_before_resume: dict[str, set[int]] | None = None  # a continued run's history, read once
         self._journal_dir: Path | None = None  # <checkpoints_dir>/<experiment>: the run's journal goes below
@@ -179,6 +181,16 @@ class RecipeLogger(MLFlowLogger):
     def experiment_name(self) -> str:
         """Name of the MLflow experiment this logger writes to."""
         return mlflow_logger_experiment_name(self)
+
+    @property
+    def experiment(self) -> Any:
+        """Lightning's MLflow client (rank 0; a no-op object elsewhere), which creates the run on first use; a run
+        created with the default name is named ``<experiment>-<short run id>`` at once."""
+        client = super().experiment
+        if self._name_after_id and mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
+            self._name_after_id = False
+            self.add_tags({"mlflow.runName": f"{self.experiment_name}-{str(self.run_id)[:8]}"})
+        return client
 
     def mark_killed(self, reason: str) -> None:
         """Training was stopped from outside (``reason``: "SIGTERM" or "SIGINT"): the run ends KILLED, not FAILED."""

@@ -298,6 +298,17 @@ def test_python_dash_m_recipes_is_the_same_command(workdir):
     assert "--early_stopping_patience" in out.stdout and "--ckpt_path" in out.stdout
 
 
+def test_ckpt_path_help_is_loopwise_s_own(workdir):
+    for stage in ("fit", "validate", "test", "predict"):
+        out = subprocess.run([sys.executable, "-m", "recipes", stage, "--help"], capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "400"})
+        assert out.returncode == 0
+        help_text = " ".join(out.stdout.split())
+        assert "``best`` (the best best.ckpt among this recipe's finished fit runs on this data)" in help_text
+        assert "``mlflow:<run id>/best|last``" in help_text
+        assert "hpc" not in help_text and "registry:model-name" not in help_text  # Lightning's stock text
+
+
 def test_recipes_help_lists_every_command(workdir):
     out = subprocess.run([sys.executable, "-m", "recipes", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
