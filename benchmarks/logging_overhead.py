@@ -1,10 +1,16 @@
-"""What MLflow tracking costs a recipe: the spiral recipe with the default MLflow logger vs with no logger.
+"""What MLflow tracking costs a recipe: the spiral recipe with the default MLflow logger vs with no logger, and
+what MLflow's system metrics add on top.
 
-    python benchmarks/logging_overhead.py [--repeats 20] [--epochs 40] [--threads N] [--json PATH]
+    python benchmarks/logging_overhead.py [--repeats 20] [--epochs 40] [--threads N] [--system-metrics-interval S]
+                                          [--json PATH]
 
-Both variants run in this process through ``recipes.cli.main`` (same data, model, optimizer, schedule, clipping,
+The variants: ``mlflow`` (the logger, system metrics off), ``none`` (no logger) and ``sysmetrics`` (the logger with
+MLflow's system metrics sampled every ``--system-metrics-interval`` seconds, default 1: ten times the recipes'
+default of 10 s, so a short run takes several samples and the figure is an upper bound). All variants run in this process through ``recipes.cli.main`` (same data, model, optimizer, schedule, clipping,
 checkpoints, plan and doctor), in pairs (mlflow, none, then none, mlflow, ...: each pair runs back to back, in
-alternating order), each in a fresh temporary directory. Three figures:
+alternating order), each in a fresh temporary directory; with system metrics the three variants rotate (mlflow, none, sysmetrics;
+none, sysmetrics, mlflow; ...). Three figures, and the system metrics' ratio (sysmetrics / mlflow loop steps/s,
+median of the paired ratios):
 
 * loop: optimizer steps per second from the first training batch to the end of training, validation and
   checkpoint writes included (what logging costs while training: step and epoch metrics, the LR monitor,
@@ -69,13 +75,14 @@ def instrument() -> None:
             setattr(cls, name, timed(getattr(cls, name)))
 
 
-def fit(logger: bool, epochs: int, workdir: Path) -> tuple[float, float, float]:
+def fit(logger: bool, epochs: int, workdir: Path, system_metrics: float = 0.0) -> tuple[float, float, float]:
     """One in-process ``recipes fit`` of the spiral recipe in ``workdir``: (whole-run seconds, loop steps/s,
-    share of the loop's time spent inside MLflow logging calls on the training thread)."""
+    share of the loop's time spent inside MLflow logging calls on the training thread). ``system_metrics``: seconds
+    between MLflow's system-metrics samples (0: off)."""
     from recipes.cli import main
 
     args = ["fit", "-c", str(REPO / "configs" / "spiral_mlp.yaml"), "--trainer.max_epochs", str(epochs)]
-    args += ["--trainer.callbacks+=_common.FitTimer"]
+    args += ["--trainer.callbacks+=_common.FitTimer", "--system_metrics_interval", str(system_metrics)]
     if not logger:
         args += ["--trainer.logger", "false"]
     FitTimer.last = {}
@@ -101,13 +108,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20, help="pairs of runs (MLflow, no logger)")
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--system-metrics-interval", type=float, default=1.0,
+                        help="seconds between system-metrics samples in the sysmetrics variant (0: no such variant)")
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
     args = parser.parse_args()
     set_threads(args.threads)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     instrument()
-    runs: dict[str, list[float]] = {"mlflow": [], "none": []}
-    loops: dict[str, list[float]] = {"mlflow": [], "none": []}
+    variants = ["mlflow", "none"] + (["sysmetrics"] if args.system_metrics_interval > 0 else [])
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    loops: dict[str, list[float]] = {name: [] for name in variants}
     direct: list[float] = []
     # every run gets its own directory (its own mlflow.db); all are removed only at the end, because MLflow keeps
     # its SQLite engines cached for the life of the process
@@ -115,13 +125,18 @@ def main() -> None:
         root = Path(tmp)
         fit(True, 1, root / "warmup")  # imports, MLflow schema creation, torch kernels
         for i in range(args.repeats):
-            for name in ("mlflow", "none") if i % 2 == 0 else ("none", "mlflow"):
-                seconds, rate, share = fit(name == "mlflow", args.epochs, root / f"{name}-{i}")
+            if len(variants) == 2:
+                order = variants if i % 2 == 0 else variants[::-1]
+            else:
+                order = variants[i % 3:] + variants[:i % 3]
+            for name in order:
+                interval = args.system_metrics_interval if name == "sysmetrics" else 0.0
+                seconds, rate, share = fit(name != "none", args.epochs, root / f"{name}-{i}", interval)
                 runs[name].append(seconds)
                 loops[name].append(rate)
                 if name == "mlflow":
                     direct.append(share)
-    for name in ("mlflow", "none"):
+    for name in variants:
         rates = ", ".join(f"{r:.0f}" for r in loops[name])
         print(
             f"{name:>7}: loop median {median(loops[name]):7.1f} steps/s (runs: {rates});  "
@@ -138,8 +153,17 @@ def main() -> None:
     print(f"training-thread time inside MLflow logging calls: {share:.1%} of the loop (median)")
     run_ratio = median(runs["none"]) / median(runs["mlflow"])
     print(f"whole-run speed with MLflow / without (incl. per-run fixed costs): {run_ratio:.3f}")
+    system: dict[str, Any] = {}
+    if "sysmetrics" in variants:
+        with_system = [m / n for m, n in zip(loops["sysmetrics"], loops["mlflow"])]
+        system_ratio = median(with_system)
+        low_s, high_s = bootstrap_interval(with_system) if len(with_system) > 1 else (system_ratio, system_ratio)
+        print(f"loop steps/s with system metrics every {args.system_metrics_interval:g} s / without: "
+              f"{system_ratio:.3f} (median of {len(with_system)} pairs, 90% interval {low_s:.3f}-{high_s:.3f})")
+        system = {"system_metrics_interval": args.system_metrics_interval, "system_metrics_ratio": system_ratio,
+                  "system_metrics_interval_90": [low_s, high_s], "system_metrics_paired_ratios": with_system}
     if args.json:
-        args.json.write_text(json.dumps({
+        args.json.write_text(json.dumps({**system,
             "benchmark": "logging_overhead", "pairs": len(paired), "epochs": args.epochs,
             "loop_ratio": ratio, "interval": [low, high], "target": TARGET, "met": ratio >= TARGET,
             "direct_share": share, "whole_run_ratio": run_ratio,

@@ -112,6 +112,13 @@ def test_run_all_renders_rows_and_verdicts(bench):
                     "| - | - |",
                     "| logging_overhead | spiral recipe, whole `fit` incl. per-run fixed costs, MLflow / none | 0.900 | "
                     "- | - |"]
+    with_system = run_all.rows_for("logging_overhead", {
+        "pairs": 20, "loop_ratio": 0.97, "interval": [0.93, 1.01], "target": 0.95, "met": True,
+        "direct_share": 0.021, "whole_run_ratio": 0.9, "steps_per_s": {"mlflow": 116.4, "none": 120.0},
+        "system_metrics_interval": 1.0, "system_metrics_ratio": 0.991, "system_metrics_interval_90": [0.97, 1.02]}, "")
+    assert with_system[:3] == rows and with_system[3] == (
+        "| logging_overhead | spiral recipe, loop steps/s with MLflow's system metrics every 1 s / without (90% "
+        "interval 0.970-1.020) | 0.991 | - | - |")
     assert "no ratio" in run_all.rows_for("logging_overhead", {}, "")[0]
     assert "skipped" in run_all.rows_for("gpu", {"skipped": "no CUDA device"}, "")[0]
     assert "failed" in run_all.rows_for("startup", {"error": "exit code 1"}, "")[0]
