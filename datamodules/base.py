@@ -11,6 +11,7 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from datamodules.resumable_loader import ResumableDataLoader
 from datamodules.samplers import EpochRandomSampler
 from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
 
@@ -315,16 +316,18 @@ class BaseDataModule(LightningDataModule):
         }
         if num_workers > 0:
             kwargs.update(persistent_workers=True, worker_init_fn=seed_worker)
+        # a train loader's position in the epoch is part of a checkpoint: a mid-epoch resume goes on from there
+        loader_class = ResumableDataLoader if train else DataLoader
         batch_sampler = self.batch_sampler(dataset, train)
         if batch_sampler is not None:
-            return DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+            return loader_class(dataset, batch_sampler=batch_sampler, **kwargs)
         sampler = self.train_sampler(dataset) if train else None
         if train and sampler is None:
             # the permutation of epoch e comes from seed + e (Lightning calls set_epoch), not from a generator's
             # stream: a run resumed from a checkpoint sees the same shuffles as an uninterrupted one
             sampler = EpochRandomSampler(dataset, seed=self.seed)
             sampler.set_epoch(epoch)
-        return DataLoader(
+        return loader_class(
             dataset,
             batch_size=self.batch_size,
             sampler=sampler,

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import BatchSampler, Dataset, DistributedSampler, RandomSampler, Sampler
+
+from datamodules.sampler_position import PassPosition
 
 
 def _resolve_replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
@@ -60,6 +63,10 @@ class EpochRandomSampler(RandomSampler):
     Under DDP Lightning replaces it with a shuffling ``DistributedSampler`` (it is a ``RandomSampler``), which is
     also seeded by epoch.
 
+    It carries its position: ``state_dict()`` is the epoch and how many indices of its order have been yielded,
+    and after ``load_state_dict`` the next pass of that epoch starts there (the rest of the epoch's order, as the
+    uninterrupted pass would have gone on).
+
     Args:
         data_source: The dataset whose indices are permuted.
         seed: Seed of the permutation; epoch ``e`` uses ``seed + e``.
@@ -71,6 +78,7 @@ class EpochRandomSampler(RandomSampler):
         self.epoch = 0
         self._epoch_given = False  # set_epoch was called since the last pass began
         self._passes = 0
+        self.position = PassPosition()
 
     def set_epoch(self, epoch: int) -> None:
         """Use the permutation of ``epoch``.
@@ -87,7 +95,20 @@ class EpochRandomSampler(RandomSampler):
         self._epoch_given = False
         self._passes += 1
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        yield from torch.randperm(len(self.data_source), generator=generator).tolist()  # type: ignore[arg-type]
+        order = torch.randperm(len(self.data_source), generator=generator).tolist()  # type: ignore[arg-type]
+        yield from self.position.run(order, self.epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "position"}``: the epoch and the indices of its order yielded so far."""
+        return self.position.state_dict(self.epoch)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Use ``state["epoch"]`` and start its next pass after ``state["position"]`` indices.
+
+        Args:
+            state: What ``state_dict`` returned.
+        """
+        self.set_epoch(self.position.resume_at(state, type(self).__name__))
 
 
 class ClassBalancedSampler(DistributedSampler):
@@ -101,6 +122,9 @@ class ClassBalancedSampler(DistributedSampler):
     process group (one replica). ``len(sampler)`` is the number of indices per rank.
 
     Use it for the train split only: evaluation should see the true class distribution.
+
+    It carries its position: ``state_dict()`` is the epoch and how many indices of this rank's shard have been
+    yielded; after ``load_state_dict`` the next pass of that epoch starts there.
 
     Args:
         labels: Class id (a non-negative int) of every sample of the dataset, in dataset order.
@@ -143,6 +167,7 @@ class ClassBalancedSampler(DistributedSampler):
         self.total_size = self.num_samples * num_replicas
         self.class_counts: Tensor = torch.bincount(label_tensor)
         self.weights: Tensor = 1.0 / self.class_counts[label_tensor].double()
+        self.position = PassPosition()
 
     def draws(self, epoch: int | None = None) -> Tensor:
         """The draw shared by all ranks for ``epoch`` (default: the current one), padded to ``total_size``.
@@ -158,7 +183,19 @@ class ClassBalancedSampler(DistributedSampler):
         return drawn
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.draws()[self.rank : self.total_size : self.num_replicas].tolist())
+        return self.position.run(self.draws()[self.rank : self.total_size : self.num_replicas].tolist(), self.epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "position"}``: the epoch and the indices of this rank's shard yielded so far."""
+        return self.position.state_dict(self.epoch)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Use ``state["epoch"]`` and start its next pass after ``state["position"]`` indices of this rank's shard.
+
+        Args:
+            state: What ``state_dict`` returned.
+        """
+        self.set_epoch(self.position.resume_at(state, type(self).__name__))
 
 
 class LengthBucketBatchSampler(BatchSampler):
@@ -173,6 +210,10 @@ class LengthBucketBatchSampler(BatchSampler):
     training. It follows ``BatchSampler``'s API, so under DDP Lightning rebuilds it with a shuffling
     ``DistributedSampler`` as ``sampler`` and each rank batches its own shard. Lightning calls ``set_epoch`` on that
     inner sampler, not on this one: the batch order then follows the inner sampler's epoch.
+
+    It carries its position in batches: ``state_dict()`` is the epoch and how many of its batches have been
+    yielded; after ``load_state_dict`` the next pass of that epoch starts there (the inner sampler still runs its
+    whole epoch, which the buckets are made from).
 
     Args:
         sampler: Sampler (or iterable) of dataset indices, e.g. ``RandomSampler(dataset)``.
@@ -209,6 +250,7 @@ class LengthBucketBatchSampler(BatchSampler):
         self.bucket_size_multiplier = bucket_size_multiplier
         self.seed = seed
         self.epoch = 0
+        self.position = PassPosition()
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch, which seeds the batch order, and pass it on to the inner sampler when it has ``set_epoch``.
@@ -250,9 +292,23 @@ class LengthBucketBatchSampler(BatchSampler):
             batches.extend(ordered[i : i + self.batch_size] for i in range(0, len(ordered), self.batch_size))
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
-        generator = torch.Generator().manual_seed(self.seed + self.current_epoch())
-        for position in torch.randperm(len(batches), generator=generator).tolist():
-            yield batches[position]
+        epoch = self.current_epoch()
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        order = torch.randperm(len(batches), generator=generator).tolist()
+        yield from self.position.run([batches[i] for i in order], epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "position"}``: the epoch of the batch order and the batches yielded so far."""
+        return self.position.state_dict(self.current_epoch())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Use ``state["epoch"]`` (passed on to the inner sampler) and start its next pass after
+        ``state["position"]`` batches.
+
+        Args:
+            state: What ``state_dict`` returned.
+        """
+        self.set_epoch(self.position.resume_at(state, type(self).__name__))
 
 
 def padding_fraction(batches: Iterable[Sequence[int]], lengths: Sequence[int] | Tensor) -> float:

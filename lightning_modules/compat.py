@@ -46,6 +46,8 @@ PRIVATE_NAMES: dict[str, str] = {
     "is_logging_step": "Trainer._logger_connector.should_update_logs",
     "time_train_fetches": "fit_loop.epoch_loop._on_before_fetch / _on_after_fetch (profiler hooks around a fetch)",
     "strategy_checkpoint_io_is_set": "Strategy._checkpoint_io",
+    "saved_train_loader_states": "checkpoint['loops']['fit_loop']['state_dict']['combined_loader'] (written by "
+    "FitLoop.on_save_checkpoint, read back by FitLoop._load_combined_loader_states)",
     "SubcommandErrorHook": "LightningCLI._run_subcommand",
     "mlflow_logger_*": "MLFlowLogger._initialized, _log_model, _checkpoint_callback, _logged_model_time, "
     "_log_batch_kwargs, _experiment_name",
@@ -137,6 +139,17 @@ def untime_train_fetches(trainer: Any) -> None:
     for name in ("_on_before_fetch", "_on_after_fetch"):
         if name in vars(loop):
             delattr(loop, name)
+
+
+def saved_train_loader_states(checkpoint: dict[str, Any]) -> list[Any]:
+    """The ``state_dict()`` of each stateful train loader (one with ``state_dict``/``load_state_dict``) that Lightning's
+    fit loop wrote into ``checkpoint``, in the order of the combined loader's loaders; ``[]`` when it wrote none.
+
+    Lightning gives them back to the loaders only when ``FitLoop.setup_data`` runs after the loops were restored;
+    ``trainer.estimated_stepping_batches`` read in ``configure_optimizers`` runs it before (Lightning issue 20550),
+    and the states are silently dropped: ``recipes.loader_resume`` loads them itself."""
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    return list(fit_loop.get("state_dict", {}).get("combined_loader", []))
 
 
 def strategy_checkpoint_io_is_set(strategy: Any) -> bool:
@@ -248,6 +261,7 @@ __all__ = [
     "mlflow_logger_unbuffered",
     "mlflow_logger_uploaded_files",
     "optimizer_has_stepped",
+    "saved_train_loader_states",
     "stop_after_this_batch",
     "strategy_checkpoint_io_is_set",
     "time_train_fetches",

@@ -29,6 +29,7 @@ from recipes.early_stopping import RecipeEarlyStopping
 from recipes.evaluation_interruptions import StopEvaluationOnSignal
 from recipes.initial_weights_record import InitialWeightsRecord
 from recipes.interruptions import StopOnSignal
+from recipes.loader_resume import LoaderPositionOnResume
 from recipes.plateau_resume import PlateauStepOnResume
 from recipes.model_logging import MlflowModel
 from recipes.predictions import PredictionCsvWriter
@@ -116,6 +117,12 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         lambda run: PlateauStepOnResume(),
         "the plateau step Lightning skips on resume",
         alone=True,  # its state is in the checkpoint
+    ),
+    CallbackSlot(
+        "loader_position_on_resume",
+        FIT,
+        lambda run: LoaderPositionOnResume(),
+        "a mid-epoch resume goes on at the train loader's saved batch (Lightning drops it: issue 20550)",
     ),
     CallbackSlot(
         "best_checkpoint",

@@ -221,6 +221,29 @@ def test_strategy_checkpoint_io_is_set() -> None:
     assert compat.strategy_checkpoint_io_is_set(given), upgrade_message("strategy_checkpoint_io_is_set")
 
 
+@probes("saved_train_loader_states")
+def test_saved_train_loader_states_are_what_the_stateful_loader_returned(tmp_path: Path) -> None:
+    class Stateful(torch.utils.data.DataLoader):
+        def state_dict(self) -> dict:
+            return {"position": 3}
+
+        def load_state_dict(self, state: dict) -> None:
+            pass
+
+    class Model(BoringModel):
+        def train_dataloader(self):
+            return Stateful(torch.randn(8, 32), batch_size=2)
+
+    trainer = tiny_trainer(tmp_path)
+    trainer.fit(Model())
+    trainer.save_checkpoint(tmp_path / "probe.ckpt")
+    checkpoint = torch.load(tmp_path / "probe.ckpt", weights_only=True)
+    assert compat.saved_train_loader_states(checkpoint) == [{"position": 3}], upgrade_message(
+        "saved_train_loader_states"
+    )
+    assert compat.saved_train_loader_states({}) == []
+
+
 @probes("SubcommandErrorHook")
 def test_subcommand_error_hook_sees_the_error_of_fit(tmp_path: Path) -> None:
     seen = []

@@ -4,12 +4,14 @@ Epoch boundary (a crash or kill after an epoch's ``last.ckpt``): parameters, opt
 bit-for-bit those of the uninterrupted run (CPU, ``deterministic: true``), for the spiral recipe (plain shuffling),
 the tabular one (dropout + ClassBalancedSampler) and the text one (dropout + EpochRandomSampler + length buckets).
 
-Mid-epoch (SIGTERM / Ctrl+C save ``last.ckpt`` after the current batch): not exact, and the test pins down what
-Lightning 2.6 does, as the README documents it.
+Mid-epoch (SIGTERM / Ctrl+C save ``last.ckpt`` after the current batch): exact too, for the same recipes and an
+image-folder one whose images 2 worker processes decode: the train loader's position (epoch, batches trained) is in
+the checkpoint and the resumed epoch goes on with the batches the stop left.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -45,24 +47,25 @@ class SigtermAtStep(Callback):
 
 
 class BatchRecorder(Callback):
-    """(epoch, batch_idx, first labels of the batch) of every training batch."""
+    """(epoch, batch_idx, labels of the batch) of every training batch."""
 
     def __init__(self, records: list) -> None:
         self.records = records
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         labels = batch["labels"] if isinstance(batch, dict) else batch[1]
-        self.records.append((trainer.current_epoch, batch_idx, tuple(labels[:8].tolist())))
+        self.records.append((trainer.current_epoch, batch_idx, tuple(labels.tolist())))
 
 
-def fit(monkeypatch, recipe: str, *args: str, extra_callbacks: list | None = None) -> None:
+def fit(monkeypatch, recipe: str | Path, *args: str, extra_callbacks: list | None = None) -> None:
     original = cli.RecipesCLI.default_callbacks
     if extra_callbacks:
         monkeypatch.setattr(
             cli.RecipesCLI, "default_callbacks", lambda self, cfg: original(self, cfg) + list(extra_callbacks)
         )
     try:
-        cli.main(["fit", "-c", str(CONFIGS / f"{recipe}.yaml"), *LIMITS, *args])
+        config = recipe if isinstance(recipe, Path) else CONFIGS / f"{recipe}.yaml"
+        cli.main(["fit", "-c", str(config), *LIMITS, *args])
     finally:
         monkeypatch.setattr(cli.RecipesCLI, "default_callbacks", original)
 
@@ -127,33 +130,90 @@ def test_resume_at_an_epoch_boundary_equals_the_uninterrupted_run(workdir, monke
     assert curve[straight.info.run_id] == curve[crashed.info.run_id]
 
 
+IMAGE_FOLDER_RECIPE = """\
+seed_everything: 0
+torch_threads: 2
+trainer:
+  max_epochs: 2
+  deterministic: true
+model:
+  class_path: lightning_modules.ClassificationModule
+  init_args:
+    model:
+      class_path: lightning_modules.models.ConvNet
+      init_args: {widths: [8], blocks_per_stage: 1, dropout: 0.2}
+    optimizer:
+      class_path: torch.optim.AdamW
+      init_args: {lr: 0.01}
+    schedule:
+      class_path: lightning_modules.optim.OneCycle
+      init_args: {max_lr: 0.01}
+data:
+  class_path: datamodules.ImageFolderDataModule
+  init_args: {root: images, image_size: 8, batch_size: 8, val_fraction: 0.2, num_workers: 2, seed: 0}
+"""
+
+
+def image_folder_recipe(workdir: Path) -> Path:
+    """A small image-folder recipe (ConvNet with dropout, OneCycle) on 3 x 40 PNGs, decoded by 2 worker processes."""
+    from tests.test_image_folder import make_folder
+
+    make_folder(workdir / "images", {"a": 40, "b": 40, "c": 40}, size=(8, 8))
+    path = workdir / "image_folder_convnet.yaml"
+    path.write_text(IMAGE_FOLDER_RECIPE)
+    return path
+
+
+def in_epoch(log: list, epoch: int) -> list:
+    return [b for b in log if b[0] == epoch]
+
+
+# recipe, epochs, global step after which SIGTERM stops it (6 batches per epoch: step 8 is epoch 1's batch 1)
+MID_EPOCH = [
+    ("spiral_mlp", 3, 8),
+    ("tabular_mlp", 2, 9),
+    ("text_transformer", 2, 8),
+    ("image_folder_convnet", 2, 9),
+]
+
+
 @pytest.mark.slow
-def test_resume_after_a_mid_epoch_sigterm_replays_the_start_of_the_epoch(workdir, monkeypatch):
-    """What Lightning 2.6 does with a plain (not stateful) DataLoader, pinned: the resumed epoch restarts the
-    epoch's data order from its first batch while ``batch_idx`` and the step count continue, so it runs the
-    *first* N-k batches of the epoch's order again (k = batches done before the stop): batches 0..k-1 twice, the
-    last k not at all. Step counts, epochs and the LR schedule still end where the uninterrupted run ends."""
-    recipe, max_epochs = "spiral_mlp", ["--trainer.max_epochs", "3"]
+@pytest.mark.parametrize(
+    "recipe, epochs, stop_at",
+    MID_EPOCH,
+    ids=["spiral", "tabular-dropout-balanced-sampler", "text-dropout-length-buckets", "image-folder-2-workers"],
+)
+def test_resume_after_a_mid_epoch_sigterm_equals_the_uninterrupted_run(workdir, monkeypatch, recipe, epochs, stop_at):
+    """SIGTERM after batch k of an epoch saves last.ckpt there; ``--ckpt_path last`` trains the epoch's remaining
+    batches (the loader skips the first k of the epoch's order, Lightning's batch index and step go on) and ends
+    bit-for-bit where the uninterrupted run ends."""
+    if (REPO / "data").is_dir():
+        (workdir / "data").symlink_to(REPO / "data")
+    config = image_folder_recipe(workdir) if recipe == "image_folder_convnet" else CONFIGS / f"{recipe}.yaml"
+    max_epochs = ["--trainer.max_epochs", str(epochs)]
     straight_log: list = []
-    fit(monkeypatch, recipe, *max_epochs, extra_callbacks=[BatchRecorder(straight_log)])
+    fit(monkeypatch, config, *max_epochs, extra_callbacks=[BatchRecorder(straight_log)])
     stopped_log: list = []
     with pytest.raises(SystemExit) as exc:
-        fit(monkeypatch, recipe, *max_epochs, extra_callbacks=[SigtermAtStep(8), BatchRecorder(stopped_log)])
+        fit(monkeypatch, config, *max_epochs, extra_callbacks=[SigtermAtStep(stop_at), BatchRecorder(stopped_log)])
     assert exc.value.code == 143
-    resumed_log: list = []
-    with pytest.warns(UserWarning, match="resuming from a checkpoint that ended before the epoch ended"):
-        fit(monkeypatch, recipe, *max_epochs, "--ckpt_path", "last", extra_callbacks=[BatchRecorder(resumed_log)])
     straight, stopped = runs_of(workdir, recipe)
-    assert stopped.info.status == "FINISHED"
+    assert stopped.info.status == "KILLED"
+    stop_epoch, done = divmod(stop_at, 6)
+    assert last_of(workdir, recipe, stopped.info.run_id)["global_step"] == stop_at
+    resumed_log: list = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*ended before the epoch ended.*")  # the loader is resumable
+        fit(monkeypatch, config, *max_epochs, "--ckpt_path", "last", extra_callbacks=[BatchRecorder(resumed_log)])
+    assert runs_of(workdir, recipe)[1].info.status == "FINISHED"
 
-    epoch1 = [b for b in straight_log if b[0] == 1]  # 6 batches: global steps 6..11
-    assert [b[1] for b in stopped_log if b[0] == 1] == [0, 1]  # stopped after step 8 = epoch 1, batch 1
-    resumed_epoch1 = [b for b in resumed_log if b[0] == 1]
-    assert [b[1] for b in resumed_epoch1] == [2, 3, 4, 5]  # batch_idx continues ...
-    assert [b[2] for b in resumed_epoch1] == [b[2] for b in epoch1[:4]]  # ... but the data restarts at batch 0
-    assert [b for b in resumed_log if b[0] == 2] == [b for b in straight_log if b[0] == 2]  # later epochs: same data
+    # the resumed epoch trains the batches the stop left, with Lightning's batch index going on, then every later one
+    assert stopped_log == straight_log[:stop_at]
+    assert resumed_log == straight_log[stop_at:]
+    assert [b[1] for b in in_epoch(resumed_log, stop_epoch)] == list(range(done, 6))
 
     a, b = last_of(workdir, recipe, straight.info.run_id), last_of(workdir, recipe, stopped.info.run_id)
-    assert (a["epoch"], a["global_step"]) == (b["epoch"], b["global_step"]) == (2, 18)
-    assert a["lr_schedulers"] == b["lr_schedulers"]
-    assert not torch.equal(a["state_dict"]["model.net.0.weight"], b["state_dict"]["model.net.0.weight"])
+    assert (a["epoch"], a["global_step"]) == (epochs - 1, 6 * epochs)
+    assert_same_training_state(a, b)
+    sa, sb = a["callbacks"]["RandomStates"], b["callbacks"]["RandomStates"]
+    assert torch.equal(sa["torch"], sb["torch"]) and torch.equal(sa["numpy"]["keys"], sb["numpy"]["keys"])

@@ -35,6 +35,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "stop_on_signal",
         "random_states",
         "plateau_step_on_resume",
+        "loader_position_on_resume",
         "best_checkpoint",
         "last_checkpoint",
         "lr_monitor",
@@ -50,14 +51,14 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
     assert names[-1] == "loop_doctor"  # its batch timer counts the other callbacks' batch hooks as compute
     grouped = recipe_callbacks(run_of("fit"))
     # what Lightning finds by type, what keeps checkpoint state and the doctor (last) stand alone; the rest is one
-    # group where its first member stands, so Lightning's per-callback cost of every hook is paid 7 times, not 13
+    # group where its first member stands, so Lightning's per-callback cost of every hook is paid 7 times, not 17
     assert [type(c).__name__ for c in grouped] == [
         "CallbackGroup", "RandomStates", "PlateauStepOnResume", "RunCheckpoint", "RunCheckpoint",
         "RecipeEarlyStopping", "LoopDoctor",
     ]
     assert [type(c).__name__ for c in grouped[0].members] == [
-        "TrainingPlan", "InitialWeightsRecord", "RunContinuity", "StopOnSignal", "LearningRateMonitor", "MlflowModel",
-        "DataInputs", "SystemMetrics", "ConfusionMatrixArtifact", "EpochSummary",
+        "TrainingPlan", "InitialWeightsRecord", "RunContinuity", "StopOnSignal", "LoaderPositionOnResume",
+        "LearningRateMonitor", "MlflowModel", "DataInputs", "SystemMetrics", "ConfusionMatrixArtifact", "EpochSummary",
     ]
     built = [c for c in grouped if not isinstance(c, CallbackGroup)]
     assert [type(c).__name__ for c in flat(grouped)] == [
@@ -65,6 +66,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "InitialWeightsRecord",
         "RunContinuity",
         "StopOnSignal",
+        "LoaderPositionOnResume",
         "LearningRateMonitor",
         "MlflowModel",
         "DataInputs",
@@ -127,6 +129,7 @@ def test_the_trainer_of_a_recipe_gets_them_in_that_order(workdir, monkeypatch):
         "InitialWeightsRecord",
         "RunContinuity",
         "StopOnSignal",
+        "LoaderPositionOnResume",
         "ConfusionMatrixArtifact",
         "EpochSummary",
         "RandomStates",

@@ -1,0 +1,59 @@
+"""Where a sampler is in its pass over an epoch, and where its next pass starts: the position a checkpoint keeps.
+
+A loopwise sampler's order of epoch ``e`` depends only on its seed and ``e`` (shuffles are drawn from ``seed + e``),
+so a position is two numbers: the epoch and how many items of that epoch's order are done. ``PassPosition`` counts
+the items a pass yields and, after ``resume_at``, starts the next pass of that epoch there instead of at its first
+item. The samplers' ``state_dict``/``load_state_dict`` (torchdata's ``StatefulDataLoader`` convention) are built
+on it.
+
+What a sampler yields is not what the training loop has consumed when DataLoader workers prefetch: the loader that
+hands batches to the loop counts those (``datamodules.resumable_loader.ResumableDataLoader``) and positions its
+sampler from that count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class PassPosition:
+    """The position of one sampler: the epoch of its current pass, the items that pass has yielded, and a start
+    for the next pass of a given epoch (set by ``resume_at``, used once)."""
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None
+        self.done = 0
+        self.resume: tuple[int, int] | None = None  # (epoch, items to skip) for the next pass of that epoch
+
+    def state_dict(self, epoch: int) -> dict[str, int]:
+        """``{"epoch", "position"}``: the current pass's epoch and items yielded, or, before a pass of the set
+        ``epoch`` begins, where a pending resume starts it (``0`` without one)."""
+        if self.resume is not None and self.resume[0] == epoch:
+            return {"epoch": epoch, "position": self.resume[1]}
+        if self.epoch == epoch:
+            return {"epoch": epoch, "position": self.done}
+        return {"epoch": epoch, "position": 0}
+
+    def resume_at(self, state: Mapping[str, Any], owner: str) -> int:
+        """Start the next pass of ``state["epoch"]`` at item ``state["position"]``; returns the epoch."""
+        try:
+            epoch, position = int(state["epoch"]), int(state["position"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{owner}: a state needs int 'epoch' and 'position', got {dict(state)!r}") from err
+        if epoch < 0 or position < 0:
+            raise ValueError(f"{owner}: epoch and position must be >= 0, got {dict(state)!r}")
+        self.resume = (epoch, position)
+        return epoch
+
+    def run(self, items: Sequence[T], epoch: int) -> Iterator[T]:
+        """Yield the pass of ``epoch`` over ``items`` (the whole epoch's order), from a pending resume's position
+        when it is for this epoch, counting what is yielded."""
+        start = self.resume[1] if self.resume is not None and self.resume[0] == epoch else 0
+        self.resume = None
+        self.epoch, self.done = epoch, min(start, len(items))
+        for item in items[start:]:
+            self.done += 1
+            yield item
