@@ -15,7 +15,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from lightning_modules.compat import checkpoint_state_key
+from lightning_modules.compat import checkpoint_state_key, epoch_batches_done
 from recipes.checkpoint_choice import choose_checkpoint
 from recipes.tracking import CHECKPOINT_ARTIFACT_DIR, default_tracking_uri, find_mlflow_logger
 
@@ -35,12 +35,18 @@ class RunCheckpoint(ModelCheckpoint):
     Files go to ``<root>/<experiment>/<MLflow run id>/`` (or a timestamp when no MLflow logger is attached), so
     runs never overwrite each other's checkpoints.
 
+    ``alias="last", every_n_steps=N`` is a second writer of ``last.ckpt`` beside the one after every validation:
+    Lightning's ``every_n_train_steps`` writes it every N optimizer steps, in the middle of epochs (then a hard kill
+    loses at most N steps). It leaves out the epoch's last batch, whose ``last.ckpt`` the other one writes after
+    the epoch's validation (a file written before it would resume as if that validation had run).
+
     Args:
         root: Directory that holds the checkpoints of every experiment.
         experiment: Experiment name (the recipe's file stem).
         alias: "best" or "last".
         monitor: Metric that defines the best checkpoint (``alias="best"`` only).
         mode: "min" or "max" for ``monitor``.
+        every_n_steps: ``alias="last"`` only: write every this many optimizer steps instead of after validations.
     """
 
     def __init__(
@@ -50,12 +56,17 @@ class RunCheckpoint(ModelCheckpoint):
         alias: Literal["best", "last"],
         monitor: str | None = None,
         mode: Literal["min", "max"] = "min",
+        every_n_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
         if alias not in ALIASES:
             raise ValueError(f"RunCheckpoint: alias must be one of {ALIASES}, got {alias!r}")
         if alias == "best" and not monitor:
             raise ValueError("RunCheckpoint(alias='best') needs the metric to monitor")
+        if every_n_steps is not None and (alias != "last" or every_n_steps < 1):
+            raise ValueError(f"RunCheckpoint: every_n_steps is for alias='last' and >= 1, got {every_n_steps!r}")
+        if every_n_steps is not None:
+            kwargs["every_n_train_steps"] = every_n_steps
         super().__init__(
             filename=alias,
             monitor=monitor if alias == "best" else None,
@@ -69,15 +80,26 @@ class RunCheckpoint(ModelCheckpoint):
         self.alias = alias
         self.root = Path(root)
         self.experiment = experiment
+        self.every_n_steps = every_n_steps
 
     @property
     def state_key(self) -> str:
         # Lightning reads it at every callback hook call (the profiler's action name): built once per identity
-        identity = (self.alias, self.monitor, self.mode)
+        identity = (self.alias, self.monitor, self.mode, self.every_n_steps)
         if getattr(self, "_state_key_identity", None) != identity:
             self._state_key_identity = identity
-            self._state_key = checkpoint_state_key(self, alias=self.alias, monitor=self.monitor, mode=self.mode)
+            steps = {} if self.every_n_steps is None else {"every_n_steps": self.every_n_steps}
+            self._state_key = checkpoint_state_key(
+                self, alias=self.alias, monitor=self.monitor, mode=self.mode, **steps
+            )
         return self._state_key
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self.every_n_steps is not None and epoch_batches_done(trainer):
+            return  # the epoch's last batch: last.ckpt is written after its validation (or at the epoch's end)
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.dirpath is None:

@@ -291,6 +291,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             mlflow_model=bool(cfg.get("mlflow_model", True)),
             register_model=cfg.get("register_model"),
             system_metrics_interval=float(cfg.get("system_metrics_interval") or 0.0),
+            checkpoint_every_n_steps=cfg.get("checkpoint_every_n_steps"),
         )
 
     # --- run --------------------------------------------------------------------------------------------------

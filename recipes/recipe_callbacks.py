@@ -57,6 +57,7 @@ class RecipeRun:
     mlflow_model: bool = True  # log the fitted model as an MLflow pyfunc model
     register_model: str | None = None  # ... and register it under this name
     system_metrics_interval: float = 10.0  # seconds between MLflow system-metric samples; 0: none
+    checkpoint_every_n_steps: int | None = None  # last.ckpt also every this many optimizer steps
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,16 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         FIT,
         lambda run: RunCheckpoint(run.checkpoints_dir, run.experiment, "last"),
         "last.ckpt after every validation; StopOnSignal saves into it",
+        alone=True,
+    ),
+    CallbackSlot(
+        "step_checkpoint",
+        FIT,
+        lambda run: RunCheckpoint(
+            run.checkpoints_dir, run.experiment, "last", every_n_steps=run.checkpoint_every_n_steps
+        ),
+        "last.ckpt also every N optimizer steps (--checkpoint_every_n_steps): a hard kill loses at most N steps",
+        applies=lambda run: run.checkpoint_every_n_steps is not None,
         alone=True,
     ),
     CallbackSlot(

@@ -38,6 +38,14 @@ def add_recipe_options(parser: LightningArgumentParser) -> None:
         help="Root directory of checkpoints: <checkpoints_dir>/<experiment>/<run id>/{best,last}.ckpt.",
     )
     parser.add_argument(
+        "--checkpoint_every_n_steps",
+        type=int | None,
+        default=None,
+        help="Also write last.ckpt every this many optimizer steps, in the middle of epochs (atomically, like every "
+        "checkpoint), so a hard kill loses at most that many steps; `--ckpt_path last` resumes from there exactly. "
+        "null: last.ckpt after every validation (and on SIGTERM/Ctrl+C) only.",
+    )
+    parser.add_argument(
         "--allow_data_change",
         type=bool,
         default=False,

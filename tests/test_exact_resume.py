@@ -217,3 +217,38 @@ def test_resume_after_a_mid_epoch_sigterm_equals_the_uninterrupted_run(workdir, 
     assert_same_training_state(a, b)
     sa, sb = a["callbacks"]["RandomStates"], b["callbacks"]["RandomStates"]
     assert torch.equal(sa["torch"], sb["torch"]) and torch.equal(sa["numpy"]["keys"], sb["numpy"]["keys"])
+
+
+class CrashAtStep(Callback):
+    """Dies before the batch after global step ``step`` (a hard kill's checkpoint: whatever was written before)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"simulated crash after step {self.step}")
+
+
+@pytest.mark.slow
+def test_a_hard_kill_loses_at_most_checkpoint_every_n_steps_and_resumes_exactly(workdir, monkeypatch):
+    """``--checkpoint_every_n_steps 4``: last.ckpt at steps 4, 6 (epoch 0's validation), 8, 12 (epoch 1's
+    validation; step 12 itself is the epoch's last batch, left to the validation's write). A crash after step 10
+    leaves step 8's last.ckpt, in the middle of epoch 1; resumed, the run ends as the uninterrupted one."""
+    recipe, args = "spiral_mlp", ["--trainer.max_epochs", "2", "--checkpoint_every_n_steps", "4"]
+    straight_log: list = []
+    fit(monkeypatch, recipe, *args, extra_callbacks=[BatchRecorder(straight_log)])
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        fit(monkeypatch, recipe, *args, extra_callbacks=[CrashAtStep(10)])
+    straight, crashed = runs_of(workdir, recipe)
+    assert crashed.info.status == "FAILED"
+    assert last_of(workdir, recipe, crashed.info.run_id)["global_step"] == 8  # 2 steps lost, not 4
+    resumed_log: list = []
+    fit(monkeypatch, recipe, *args, "--ckpt_path", "last", extra_callbacks=[BatchRecorder(resumed_log)])
+    assert runs_of(workdir, recipe)[1].info.status == "FINISHED"
+    assert resumed_log == straight_log[8:]
+    a, b = last_of(workdir, recipe, straight.info.run_id), last_of(workdir, recipe, crashed.info.run_id)
+    assert (a["epoch"], a["global_step"]) == (1, 12)
+    assert_same_training_state(a, b)
+    # the step checkpoints are Lightning's ModelCheckpoint (every_n_train_steps) keeping its own state
+    assert sum(key.startswith("RunCheckpoint") and "every_n_steps" in key for key in a["callbacks"]) == 1

@@ -30,8 +30,10 @@ def one_line_error(capsys, args: list[str]) -> str:
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val is -1.0"),
         (["--trainer.logger.init_args.experiment_name", "../elsewhere"], "the experiment name '../elsewhere' is not a plain name"),
         (["--trainer.logger.init_args.experiment_name", "a/b"], "the experiment name 'a/b' is not a plain name"),
+        (["--checkpoint_every_n_steps", "0"], "checkpoint_every_n_steps is 0: it must be at least 1"),
     ],
-    ids=["max_epochs_0", "max_epochs_negative", "clip_0", "clip_negative", "experiment_dotdot", "experiment_slash"],
+    ids=["max_epochs_0", "max_epochs_negative", "clip_0", "clip_negative", "experiment_dotdot", "experiment_slash",
+         "checkpoint_every_0_steps"],
 )
 def test_settings_that_would_do_nothing_or_write_elsewhere_are_refused(workdir, capsys, extra, message):
     assert message in one_line_error(capsys, ["fit", "-c", str(SPIRAL), *extra])

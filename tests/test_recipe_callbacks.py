@@ -106,6 +106,14 @@ def test_conditions_and_stages_select_rows(stage, overrides, expected):
         assert names == expected
 
 
+def test_checkpoint_every_n_steps_adds_a_second_writer_of_last_ckpt():
+    names = callback_names(run_of("fit", checkpoint_every_n_steps=50))
+    assert names[names.index("last_checkpoint") + 1] == "step_checkpoint"
+    built = [c for c in recipe_callbacks(run_of("fit", checkpoint_every_n_steps=50)) if type(c).__name__ == "RunCheckpoint"]
+    assert [(c.alias, c.every_n_steps) for c in built] == [("best", None), ("last", None), ("last", 50)]
+    assert len({c.state_key for c in built}) == 3  # Lightning keeps each one's state apart
+
+
 def test_every_row_says_why_it_stands_there():
     assert all(slot.why_here for slot in RECIPE_CALLBACKS)
     assert len({slot.name for slot in RECIPE_CALLBACKS}) == len(RECIPE_CALLBACKS)
