@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from recipes.compare import CompareError, format_csv, format_json, format_table
+from recipes.compare_errors import CompareError
+from recipes.compare_table import format_csv, format_json, format_table
 
 
 def find_parent(client: Any, reference: str, experiment: str | None) -> Any:
