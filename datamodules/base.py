@@ -9,8 +9,9 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
+from datamodules.evaluation_sampling import evaluation_shard
 from datamodules.resumable_loader import ResumableDataLoader
 from datamodules.samplers import EpochRandomSampler
 from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
@@ -348,10 +349,29 @@ class BaseDataModule(LightningDataModule):
         return self.make_loader(self.split("train"), train=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self.make_loader(self.split("val"), train=False)
+        return self.evaluation_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self.make_loader(self.split("test"), train=False)
+        return self.evaluation_loader("test")
+
+    def evaluation_loader(self, split: str) -> DataLoader:
+        """The loader of the val or test split. Under DDP each process evaluates its own shard, every sample once
+        (``EvaluationShardSampler``, which Lightning leaves in place; its ``DistributedSampler`` would repeat samples
+        to pad the split), so synced metrics are those of one process; length buckets become the shard sorted by
+        length. A batch sampler of a subclass's own (no ``lengths``) is left to Lightning."""
+        loader = self.make_loader(self.split(split), train=False)
+        batches, lengths = loader.batch_sampler, getattr(loader.batch_sampler, "lengths", None)
+        if type(batches) is not BatchSampler and lengths is None:
+            return loader
+        shard = evaluation_shard(loader.dataset, self.trainer, lengths, f"{type(self).__name__}'s {split} split")
+        if shard is None:
+            return loader
+        return DataLoader(
+            loader.dataset, batch_size=getattr(batches, "batch_size", None) or self.batch_size, sampler=shard,
+            num_workers=loader.num_workers, pin_memory=loader.pin_memory, collate_fn=loader.collate_fn,
+            generator=loader.generator, persistent_workers=loader.persistent_workers,
+            worker_init_fn=loader.worker_init_fn,
+        )
 
     def predict_dataloader(self) -> DataLoader:
         """Predict the new data of ``predict_path`` (modules that read files), in input order; without it the test

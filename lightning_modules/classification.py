@@ -89,6 +89,7 @@ class ClassificationModule(Task):
         self.task = task
         self.label_smoothing = label_smoothing
         self.auto_class_weights = class_weights == "auto"
+        self.weighted_classes = class_weights is not None
         super().__init__(model, **kwargs)
         fixed = class_weights if isinstance(class_weights, list) else [1.0] * num_classes
         # always a tensor (ones = unweighted) so it is part of every checkpoint, "auto" weights included
@@ -184,7 +185,9 @@ class ClassificationModule(Task):
                 f"ClassificationModule(task='multilabel') needs targets of shape {tuple(logits.shape)} "
                 f"(batch, num_classes), got {tuple(targets.shape)}"
             )
-        return StepOutput(self.loss(logits, targets), logits.detach(), targets, batch_length(inputs))
+        # a weighted cross entropy is a mean over the batch's summed class weights, not over its samples
+        weight = self.class_weights[targets].sum() if self.weighted_classes and self.task == "multiclass" else None
+        return StepOutput(self.loss(logits, targets), logits.detach(), targets, batch_length(inputs), weight)
 
     def metric_inputs(self, out: StepOutput) -> tuple[Tensor, Tensor]:
         targets = out.targets.long() if self.task == "multilabel" else out.targets

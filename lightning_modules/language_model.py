@@ -113,7 +113,8 @@ class LanguageModelModule(Task):
                 f"(batch, time) {tuple(logits.shape[:2])}"
             )
         loss = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=self.ignore_index)
-        return StepOutput(loss, logits.detach(), targets, batch_length(inputs))
+        tokens = (targets != self.ignore_index).sum()  # what the loss is a mean over: the val/test loss weighs by it
+        return StepOutput(loss, logits.detach(), targets, batch_length(inputs), tokens)
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
         """Prompts: the ``max_new_tokens`` generated token ids after each prompt ``(batch, max_new_tokens)``.

@@ -10,12 +10,18 @@ from torch import Tensor
 
 @dataclass
 class StepOutput:
-    """What a task's ``forward_batch`` returns for one batch."""
+    """What a task's ``forward_batch`` returns for one batch.
+
+    ``loss_weight`` is what ``loss`` is the mean over, when that is not ``batch_size`` samples: the non-ignored tokens
+    of a language model, the summed class weights of a weighted cross entropy (a tensor, left on the device). The
+    val and test loss weight each batch by it, so the epoch's loss does not depend on how samples were batched.
+    """
 
     loss: Tensor
     outputs: Tensor
     targets: Tensor
     batch_size: int
+    loss_weight: Tensor | float | None = None
 
 
 def initial_loss_wording(expected: float, outcomes: int | None = None, what: str = "classes") -> str:

@@ -23,6 +23,7 @@ from torchmetrics import MetricCollection
 from lightning_modules.batches import to_channels_last
 from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
+from lightning_modules.evaluation_loss import MeanLoss
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
 from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeights, WeightsReport
@@ -71,7 +72,9 @@ class Task(LightningModule):
     step, so the logged values, the progress bar at those steps and the epoch line are those of a per-step
     ``self.log``; the train metrics' inputs are kept on the device and applied in one update at those steps
     (``DeferredMetricUpdates``); validation and test keep theirs until the last batch of each dataloader, so an
-    evaluation batch reads nothing back either. Clipping by norm keeps the norm it measures in ``gradient_norm``.
+    evaluation batch reads nothing back either. The val and test loss is a ``MeanLoss`` metric weighted by samples (or
+    ``StepOutput.loss_weight``), so under DDP it is that of one process, like the other metrics. Clipping by norm
+    keeps the norm it measures in ``gradient_norm``.
     """
 
     default_monitor: str = "val/loss"
@@ -129,6 +132,8 @@ class Task(LightningModule):
             for metric in getattr(self, f"{stage}_metrics").values():
                 if hasattr(metric, "validate_args"):
                     metric.validate_args = False
+        #: the val and test loss, weighted by what each batch's loss is a mean over and summed over DDP ranks
+        self.eval_losses = nn.ModuleDict({stage: MeanLoss() for stage in STAGES if stage != "train"})
         #: per stage: the batches' (outputs, targets) kept on the device until the metrics are read
         self.metric_updates = {
             stage: DeferredMetricUpdates(functools.partial(self.update_metrics, stage)) for stage in STAGES
@@ -283,8 +288,7 @@ class Task(LightningModule):
         else:
             if self._last_evaluation_batch(batch_idx):
                 updates.flush()
-            self.log(f"{stage}/loss", out.loss.detach(), on_step=False, on_epoch=True, prog_bar=True,
-                     batch_size=out.batch_size, sync_dist=True)
+            self.eval_losses[stage].update(out.loss, out.batch_size if out.loss_weight is None else out.loss_weight)
         if batch_idx == 0 or not self._metrics_logged.get(stage):
             # The metric objects are handed to self.log once per epoch: Lightning keeps the reference, computes and
             # resets them at the epoch's end as usual, and skips its per-call bookkeeping (moving the logged Metric's
@@ -293,6 +297,9 @@ class Task(LightningModule):
             # (a resumed epoch starts at a later batch_idx); either alone suffices, so a subclass that overrides an
             # epoch-start hook without super() still logs its metrics every epoch.
             self._metrics_logged[stage] = True
+            if stage != "train":  # a Metric like the collection: synced over the ranks, computed and reset by Lightning
+                self.log(f"{stage}/loss", self.eval_losses[stage], on_step=False, on_epoch=True, prog_bar=True,
+                         batch_size=out.batch_size)
             metrics: MetricCollection = getattr(self, f"{stage}_metrics")
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
