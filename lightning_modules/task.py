@@ -133,7 +133,7 @@ class Task(LightningModule):
                 if hasattr(metric, "validate_args"):
                     metric.validate_args = False
         #: the val and test loss, weighted by what each batch's loss is a mean over and summed over DDP ranks
-        self.eval_losses = nn.ModuleDict({stage: MeanLoss() for stage in STAGES if stage != "train"})
+        self.val_loss_metric, self.test_loss_metric = MeanLoss(), MeanLoss()
         #: per stage: the batches' (outputs, targets) kept on the device until the metrics are read
         self.metric_updates = {
             stage: DeferredMetricUpdates(functools.partial(self.update_metrics, stage)) for stage in STAGES
@@ -288,7 +288,8 @@ class Task(LightningModule):
         else:
             if self._last_evaluation_batch(batch_idx):
                 updates.flush()
-            self.eval_losses[stage].update(out.loss, out.batch_size if out.loss_weight is None else out.loss_weight)
+            weight = out.batch_size if out.loss_weight is None else out.loss_weight
+            getattr(self, f"{stage}_loss_metric").update(out.loss, weight)
         if batch_idx == 0 or not self._metrics_logged.get(stage):
             # The metric objects are handed to self.log once per epoch: Lightning keeps the reference, computes and
             # resets them at the epoch's end as usual, and skips its per-call bookkeeping (moving the logged Metric's
@@ -298,8 +299,8 @@ class Task(LightningModule):
             # epoch-start hook without super() still logs its metrics every epoch.
             self._metrics_logged[stage] = True
             if stage != "train":  # a Metric like the collection: synced over the ranks, computed and reset by Lightning
-                self.log(f"{stage}/loss", self.eval_losses[stage], on_step=False, on_epoch=True, prog_bar=True,
-                         batch_size=out.batch_size)
+                self.log(f"{stage}/loss", getattr(self, f"{stage}_loss_metric"), on_step=False, on_epoch=True,
+                         prog_bar=True, batch_size=out.batch_size)
             metrics: MetricCollection = getattr(self, f"{stage}_metrics")
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
