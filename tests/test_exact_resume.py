@@ -11,6 +11,10 @@ the checkpoint and the resumed epoch goes on with the batches the stop left.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -90,20 +94,23 @@ def assert_same_training_state(a: dict, b: dict) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe, epochs, crash_at",
-    [("spiral_mlp", 4, 2), ("tabular_mlp", 3, 1), ("text_transformer", 3, 1)],
-    ids=["spiral", "tabular-dropout-balanced-sampler", "text-dropout-length-buckets"],
+    [("spiral_mlp", 4, 2), ("tabular_mlp", 3, 1), ("text_transformer", 3, 1), ("image_folder_convnet", 2, 1)],
+    ids=["spiral", "tabular-dropout-balanced-sampler", "text-dropout-length-buckets", "image-folder-2-workers"],
 )
 def test_resume_at_an_epoch_boundary_equals_the_uninterrupted_run(workdir, monkeypatch, recipe, epochs, crash_at):
+    """(With workers, the resumed epoch used to follow epoch 0's order: the loader drew its first indices at
+    ``iter()``, before Lightning had restored the epoch.)"""
     if (REPO / "data").is_dir():
         (workdir / "data").symlink_to(REPO / "data")
+    config = image_folder_recipe(workdir) if recipe == "image_folder_convnet" else CONFIGS / f"{recipe}.yaml"
     max_epochs = ["--trainer.max_epochs", str(epochs)]
-    fit(monkeypatch, recipe, *max_epochs)
+    fit(monkeypatch, config, *max_epochs)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        fit(monkeypatch, recipe, *max_epochs, extra_callbacks=[CrashAtEpochStart(crash_at)])
+        fit(monkeypatch, config, *max_epochs, extra_callbacks=[CrashAtEpochStart(crash_at)])
     straight, crashed = runs_of(workdir, recipe)
     assert crashed.info.status == "FAILED"
     assert last_of(workdir, recipe, crashed.info.run_id)["epoch"] == crash_at - 1
-    fit(monkeypatch, recipe, *max_epochs, "--ckpt_path", "last")  # the newest last.ckpt: the crashed run's
+    fit(monkeypatch, config, *max_epochs, "--ckpt_path", "last")  # the newest last.ckpt: the crashed run's
     resumed = runs_of(workdir, recipe)[1]
     assert resumed.info.run_id == crashed.info.run_id and resumed.info.status == "FINISHED"
 
@@ -252,3 +259,46 @@ def test_a_hard_kill_loses_at_most_checkpoint_every_n_steps_and_resumes_exactly(
     assert_same_training_state(a, b)
     # the step checkpoints are Lightning's ModelCheckpoint (every_n_train_steps) keeping its own state
     assert sum(key.startswith("RunCheckpoint") and "every_n_steps" in key for key in a["callbacks"]) == 1
+
+
+class SigtermToRankZeroAtStep(Callback):
+    """Sends SIGTERM to rank 0's own process after global step ``step``, as a scheduler's ``kill <pid>`` would (for a
+    fit in a subprocess: ``--trainer.callbacks+=<this class>``)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.slow
+def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrupted_run(tmp_path):
+    """2-process DDP (gloo), the tabular recipe: each rank draws its shard of ClassBalancedSampler's draw; SIGTERM to
+    rank 0 after step 8 (epoch 1, batch 1 of 6 per rank) stops both ranks there; the resumed pair ends bit-for-bit
+    where the uninterrupted pair ends."""
+    from tests.test_ddp import recipes_env, two_process_command
+
+    recipe = CONFIGS / "tabular_mlp.yaml"
+    args = ["--trainer.max_epochs", "2", *LIMITS, "--mlflow_model", "false", "--system_metrics_interval", "0"]
+    stop = {"class_path": "tests.test_exact_resume.SigtermToRankZeroAtStep", "init_args": {"step": 8}}
+
+    def fit_pair(*extra: str) -> subprocess.CompletedProcess:
+        command = two_process_command(tmp_path, "fit", recipe, *args, *extra)
+        return subprocess.run(command, cwd=tmp_path, env=recipes_env(), capture_output=True, text=True, timeout=420)
+
+    out = fit_pair()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    out = fit_pair(f"--trainer.callbacks+={json.dumps(stop)}")
+    assert out.returncode == 128 + signal.SIGTERM, out.stdout[-3000:] + out.stderr[-3000:]
+    straight, stopped = runs_of(tmp_path, "tabular_mlp")
+    assert stopped.info.status == "KILLED"
+    assert last_of(tmp_path, "tabular_mlp", stopped.info.run_id)["global_step"] == 8
+    out = fit_pair("--ckpt_path", "last")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "ended before the epoch ended" not in out.stdout + out.stderr  # the loader is resumable
+    assert runs_of(tmp_path, "tabular_mlp")[1].info.status == "FINISHED"
+    a, b = last_of(tmp_path, "tabular_mlp", straight.info.run_id), last_of(tmp_path, "tabular_mlp", stopped.info.run_id)
+    assert (a["epoch"], a["global_step"]) == (1, 12)
+    assert_same_training_state(a, b)
