@@ -240,13 +240,14 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(f"| `configs/{name}.yaml` | {describe(metrics)} | {peer} | {int(metrics['epochs'])} | "
                     f"{seconds:.0f} s |")
         print(rows[-1], flush=True)
+    import sklearn
     import torch
 
     threads = f"torch threads pinned to {args.threads}" if args.threads > 0 else "torch threads default"
     checked = ", every recipe run twice with identical metrics" if check and not failures else ""
     header = [
         f"Measured {date.today().isoformat()} on {cpu_name()} ({platform.machine()}, {os.cpu_count()} CPU cores), "
-        f"torch {torch.__version__}, {threads}{checked}, by `python benchmarks/recipes_table.py"
+        f"torch {torch.__version__}, {threads}{checked} (baselines: scikit-learn {sklearn.__version__}), by `python benchmarks/recipes_table.py"
         f"{'' if args.threads == DEFAULT_THREADS else f' --threads {args.threads}'}` "
         f"(fit wall time includes start-up{'; the faster of the two runs' if check else ''}).",
         "",
