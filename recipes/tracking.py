@@ -190,8 +190,7 @@ class RecipeLogger(MLFlowLogger):
         if self._name_after_id and mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
             self._name_after_id = False
             name = f"{self.experiment_name}-{str(self.run_id)[:8]}"
-            # the journal opens with the creation tags: with the new name there, a replay never names it twice
-            self.tags = {**(self.tags or {}), "mlflow.runName": name}
+            self.tags = {**(self.tags or {}), "mlflow.runName": name}  # the journal opens with them: named once
             self.add_tags({"mlflow.runName": name})
         return client
 
