@@ -3,8 +3,8 @@
 A loopwise sampler's order of epoch ``e`` depends only on its seed and ``e`` (shuffles are drawn from ``seed + e``),
 so a position is two numbers: the epoch and how many items of that epoch's order are done. ``PassPosition`` counts
 the items a pass yields and, after ``resume_at``, starts the next pass of that epoch there instead of at its first
-item. The samplers' ``state_dict``/``load_state_dict`` (torchdata's ``StatefulDataLoader`` convention) are built
-on it.
+item. ``CarriesPosition`` gives a sampler that keeps one its ``state_dict``/``load_state_dict`` (torchdata's
+``StatefulDataLoader`` convention).
 
 What a sampler yields is not what the training loop has consumed when DataLoader workers prefetch: the loader that
 hands batches to the loop counts those (``datamodules.resumable_loader.ResumableDataLoader``) and positions its
@@ -57,3 +57,31 @@ class PassPosition:
         for item in items[start:]:
             self.done += 1
             yield item
+
+
+class CarriesPosition:
+    """A sampler's ``state_dict``/``load_state_dict`` from its ``position`` (a ``PassPosition``) and ``set_epoch``.
+
+    Mixed into a sampler or batch sampler that sets ``self.position``, keeps ``self.epoch`` and has ``set_epoch``;
+    one whose order follows another epoch (a batch sampler following its inner sampler) overrides
+    ``position_epoch``.
+    """
+
+    position: PassPosition
+    epoch: int
+
+    def position_epoch(self) -> int:
+        """The epoch whose order the sampler's passes follow now."""
+        return self.epoch
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "position"}``: the epoch of the order and the items (indices or batches) yielded so far."""
+        return self.position.state_dict(self.position_epoch())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Use ``state["epoch"]`` and start its next pass after ``state["position"]`` items.
+
+        Args:
+            state: What ``state_dict`` returned.
+        """
+        self.set_epoch(self.position.resume_at(state, type(self).__name__))  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import BatchSampler, Dataset, DistributedSampler, RandomSampler, Sampler
 
-from datamodules.sampler_position import PassPosition
+from datamodules.sampler_position import CarriesPosition, PassPosition
 
 
 def _resolve_replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
@@ -51,7 +51,7 @@ def _as_int_vector(values: Sequence[int] | Tensor, name: str, owner: str) -> Ten
     return tensor
 
 
-class EpochRandomSampler(RandomSampler):
+class EpochRandomSampler(CarriesPosition, RandomSampler):
     """A ``RandomSampler`` whose permutation of epoch ``e`` is drawn from ``seed + e``; Lightning calls ``set_epoch``.
 
     The order of an epoch depends only on the seed and the epoch number, not on how many epochs this process has
@@ -98,20 +98,9 @@ class EpochRandomSampler(RandomSampler):
         order = torch.randperm(len(self.data_source), generator=generator).tolist()  # type: ignore[arg-type]
         yield from self.position.run(order, self.epoch)
 
-    def state_dict(self) -> dict[str, int]:
-        """``{"epoch", "position"}``: the epoch and the indices of its order yielded so far."""
-        return self.position.state_dict(self.epoch)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Use ``state["epoch"]`` and start its next pass after ``state["position"]`` indices.
-
-        Args:
-            state: What ``state_dict`` returned.
-        """
-        self.set_epoch(self.position.resume_at(state, type(self).__name__))
 
 
-class ClassBalancedSampler(DistributedSampler):
+class ClassBalancedSampler(CarriesPosition, DistributedSampler):
     """Draw samples with inverse class-frequency weights, so every class is drawn equally often in expectation.
 
     The weight of sample ``i`` is ``1 / count(labels[i])``. Each epoch every rank makes the same draw of
@@ -185,20 +174,9 @@ class ClassBalancedSampler(DistributedSampler):
     def __iter__(self) -> Iterator[int]:
         return self.position.run(self.draws()[self.rank : self.total_size : self.num_replicas].tolist(), self.epoch)
 
-    def state_dict(self) -> dict[str, int]:
-        """``{"epoch", "position"}``: the epoch and the indices of this rank's shard yielded so far."""
-        return self.position.state_dict(self.epoch)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Use ``state["epoch"]`` and start its next pass after ``state["position"]`` indices of this rank's shard.
-
-        Args:
-            state: What ``state_dict`` returned.
-        """
-        self.set_epoch(self.position.resume_at(state, type(self).__name__))
 
 
-class LengthBucketBatchSampler(BatchSampler):
+class LengthBucketBatchSampler(CarriesPosition, BatchSampler):
     """Batches of sequences of similar length, so padding each batch to its longest sequence wastes little.
 
     Each epoch the indices of ``sampler`` are taken in chunks of ``batch_size * bucket_size_multiplier``; each chunk
@@ -270,6 +248,10 @@ class LengthBucketBatchSampler(BatchSampler):
             return inner
         return self.epoch
 
+    def position_epoch(self) -> int:
+        """The batch order's epoch (``current_epoch``)."""
+        return self.current_epoch()
+
     def _sorted_chunk(self, chunk: list[int]) -> list[int]:
         """The indices of one chunk sorted by length (ties keep the sampler's order)."""
         indices = torch.as_tensor(chunk, dtype=torch.long)
@@ -297,18 +279,6 @@ class LengthBucketBatchSampler(BatchSampler):
         order = torch.randperm(len(batches), generator=generator).tolist()
         yield from self.position.run([batches[i] for i in order], epoch)
 
-    def state_dict(self) -> dict[str, int]:
-        """``{"epoch", "position"}``: the epoch of the batch order and the batches yielded so far."""
-        return self.position.state_dict(self.current_epoch())
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Use ``state["epoch"]`` (passed on to the inner sampler) and start its next pass after
-        ``state["position"]`` batches.
-
-        Args:
-            state: What ``state_dict`` returned.
-        """
-        self.set_epoch(self.position.resume_at(state, type(self).__name__))
 
 
 def padding_fraction(batches: Iterable[Sequence[int]], lengths: Sequence[int] | Tensor) -> float:
