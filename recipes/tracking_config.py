@@ -7,6 +7,7 @@ made once), and ``start_tracked_run`` once the trainer exists (run tags, a conti
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 
 from recipes.abandoned_runs import close_abandoned_runs, process_tags
+from recipes.model_logging import check_registered_model_name
 from recipes.sqlite_store import prepare_sqlite_store
 from recipes.tracking import RecipeLogger, check_tracking_server, default_tracking_uri
 
@@ -69,19 +71,50 @@ def configure_tracking(cfg: Namespace) -> None:
         return
     if not logger.get("init_args.experiment_name"):
         logger["init_args.experiment_name"] = recipe_name(cfg)
-    check_experiment_name(str(logger["init_args.experiment_name"]))
+    check_experiment_name(str(logger["init_args.experiment_name"]), cfg.get("checkpoints_dir") or ".")
+    check_registered_model_name(cfg.get("register_model"))
     check_tracking_server(tracking_uri(cfg))
 
 
-def check_experiment_name(name: str) -> None:
+def check_experiment_name(name: str, checkpoints_dir: str | Path = ".") -> None:
     """An experiment name is a plain name: it is also a folder under ``--checkpoints_dir``, so a path separator or
-    ``..`` would put checkpoints outside it (``ValueError``)."""
+    ``..`` would put checkpoints outside it, and a name longer than the file system allows would fail once the run
+    exists (``File name too long``, the run left RUNNING). Either is a ``ValueError`` before any run is made."""
     if not name.strip() or "/" in name or "\\" in name or ".." in name or name.startswith("."):
         raise ValueError(
             f"the experiment name {name!r} is not a plain name (no '/', '\\', '..' or leading '.'): it names the "
             "folder of the run's checkpoints under --checkpoints_dir; name the recipe file or "
             "--trainer.logger.init_args.experiment_name plainly, e.g. 'churn_v2'"
         )
+    limit = longest_experiment_name(checkpoints_dir)
+    size = len(name.encode("utf-8"))
+    if size > limit:
+        shown = name if len(name) <= 40 else f"{name[:40]}..."
+        raise ValueError(
+            f"the experiment name {shown!r} is {size} bytes long, more than the {limit} this file system allows: it "
+            f"names the folder of the run's checkpoints (--checkpoints_dir {checkpoints_dir}) and its predictions "
+            f"file (<experiment>{PREDICTIONS_SUFFIX}); name the recipe file or "
+            "--trainer.logger.init_args.experiment_name shorter"
+        )
+
+
+#: what follows the experiment name in the longest file name made from it: predictions/<experiment>-<time>.csv
+PREDICTIONS_SUFFIX = "-YYYYmmdd-HHMMSS.csv"
+#: MLflow's own limit on an experiment name (characters; every character counted here is at least one byte)
+MLFLOW_EXPERIMENT_NAME_MAX = 500
+
+
+def longest_experiment_name(checkpoints_dir: str | Path) -> int:
+    """The longest experiment name, in UTF-8 bytes: the file system's longest file name (``NAME_MAX`` where the
+    checkpoints will be, 255 when it cannot be asked) less the predictions file's suffix, and within MLflow's 500."""
+    folder = Path(checkpoints_dir).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        name_max = int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows) or the file system does not say
+        name_max = 255
+    return min(name_max - len(PREDICTIONS_SUFFIX), MLFLOW_EXPERIMENT_NAME_MAX)
 
 
 def prepare_tracking(cfg: Namespace) -> None:
