@@ -7,6 +7,10 @@
 * Only tracked runs are candidates: smoke runs (``fast_dev_run``, ``configs/trainer/debug.yaml``: no MLflow run)
   never become ``best`` or ``last``. Candidates whose data settings differ from this run's (another seed, split,
   file, ...) are skipped, and the choice says so.
+* A candidate file that cannot be read (truncated, not a checkpoint) is never skipped silently: it might be the one
+  that should win (the better run's ``best.ckpt``, the newer run's ``last.ckpt``), so ``best`` (any damaged
+  ``best.ckpt``) and ``last`` (a damaged ``last.ckpt`` newer than the chosen one) refuse with the file, the reason,
+  and how to choose instead (``--ckpt_path run:<id>/...`` or the file path).
 """
 
 from __future__ import annotations
@@ -46,15 +50,24 @@ class Choice:
     checkpoint: Any = field(repr=False, default=None)  # the loaded (memory-mapped) file: not read a second time
 
 
-def read_candidate(run_id: str, path: Path, alias: str, data_now: Mapping[str, Any] | None) -> Candidate | None:
+@dataclass(frozen=True)
+class Unreadable:
+    """A candidate's checkpoint file that could not be read, and why."""
+
+    run_id: str
+    path: Path
+    reason: str
+
+
+def read_candidate(run_id: str, path: Path, alias: str, data_now: Mapping[str, Any] | None) -> Candidate | Unreadable:
     """What a run's checkpoint file says: epoch, the monitored metric and its best value (``best.ckpt``), and how its
-    data settings differ from ``data_now``. ``None`` when the file is not a readable checkpoint."""
+    data settings differ from ``data_now``; ``Unreadable`` (with the reason) when it is not a readable checkpoint."""
     try:
         ckpt = load_checkpoint_weights_only(path)
-    except CheckpointError:
-        return None
+    except CheckpointError as err:
+        return Unreadable(run_id, path, str(err).removeprefix(f"--ckpt_path {path}: "))
     if not isinstance(ckpt, dict):
-        return None
+        return Unreadable(run_id, path, f"it holds a {type(ckpt).__name__}, not a Lightning checkpoint")
     monitor = mode = score = None
     for key, state in (ckpt.get("callbacks") or {}).items():
         if isinstance(state, dict) and f"'alias': '{alias}'" in str(key) and state.get("monitor"):
@@ -107,13 +120,14 @@ def choose_checkpoint(
     (``None``: do not compare). Raises ``FileNotFoundError`` naming what was looked for and what was skipped."""
     statuses = ("FINISHED",) if alias == "best" else None
     base = Path(root) / experiment
-    candidates, skipped = [], []
+    candidates, skipped, unreadable = [], [], []
     for run_id in runs(experiment, tracking_uri, statuses):
         path = base / run_id / f"{alias}.ckpt"
         if not path.is_file():
             continue
         candidate = read_candidate(run_id, path, alias, data_now)
-        if candidate is None:
+        if isinstance(candidate, Unreadable):
+            unreadable.append(candidate)
             continue
         (skipped if candidate.changes else candidates).append(candidate)
     skip_note = ""
@@ -123,15 +137,19 @@ def choose_checkpoint(
         skip_note = f"; skipped {len(skipped)} run(s) trained on other data (run {first.run_id}: {shown})"
     if alias == "last":
         if not candidates:
+            refuse_unreadable(alias, unreadable, None)
             raise FileNotFoundError(
                 f"--ckpt_path last: no last.ckpt for experiment {experiment!r} among its tracked fit runs under "
                 f"{base.resolve()}{skip_note}; run `recipes fit` first or give a checkpoint file"
             )
         newest = max(candidates, key=lambda c: c.path.stat().st_mtime)
+        refuse_unreadable(alias, [u for u in unreadable if u.path.stat().st_mtime > newest.path.stat().st_mtime],
+                          newest)
         described = f"run {newest.run_id}, {epoch_text(newest)}{skip_note}"
         return Choice(str(newest.path.resolve()), newest.run_id, described, newest.checkpoint)
     scored = [c for c in candidates if c.monitor is not None and c.score is not None and not math.isnan(c.score)]
     if not scored:
+        refuse_unreadable(alias, unreadable, None)
         raise FileNotFoundError(
             f"--ckpt_path best: no best.ckpt for experiment {experiment!r} among its FINISHED fit runs under "
             f"{base.resolve()}{skip_note}; run `recipes fit` to the end first (smoke runs are not tracked) or give "
@@ -141,6 +159,7 @@ def choose_checkpoint(
     comparable = [c for c in scored if (c.monitor, c.mode) == (reference.monitor, reference.mode)]
     sign = 1.0 if reference.mode == "max" else -1.0
     best = max(comparable, key=lambda c: sign * float(c.score))  # ties: the newest (max keeps the first)
+    refuse_unreadable(alias, unreadable, best)
     others = "" if len(comparable) == len(scored) else f"; {len(scored) - len(comparable)} monitor another metric"
     return Choice(
         str(best.path.resolve()),
@@ -151,4 +170,23 @@ def choose_checkpoint(
     )
 
 
-__all__ = ["Candidate", "Choice", "choose_checkpoint", "read_candidate", "tracked_fit_runs"]
+def refuse_unreadable(alias: str, unreadable: list[Unreadable], chosen: Candidate | None) -> None:
+    """A damaged file that might have won stops the choice (``FileNotFoundError``): the file, why it cannot be read,
+    and the ways to choose instead."""
+    if not unreadable:
+        return
+    first = unreadable[0]
+    more = ""
+    if len(unreadable) > 1:
+        more = f" (and {len(unreadable) - 1} more: {', '.join(str(u.path.resolve()) for u in unreadable[1:])})"
+    why = "its run may be the best" if alias == "best" else "it is newer than every last.ckpt that can be read"
+    instead = f"run:{chosen.run_id if chosen is not None else '<run id>'}/{alias}"
+    raise FileNotFoundError(
+        f"--ckpt_path {alias}: cannot read {first.path.resolve()} (run {first.run_id}): {first.reason}{more}; {why}, "
+        f"so it is not skipped: move or repair it, or choose a checkpoint yourself (--ckpt_path {instead} or a "
+        "file path)"
+    )
+
+
+__all__ = ["Candidate", "Choice", "Unreadable", "choose_checkpoint", "read_candidate", "refuse_unreadable",
+           "tracked_fit_runs"]

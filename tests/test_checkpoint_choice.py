@@ -58,3 +58,52 @@ def test_best_is_the_best_finished_run_whatever_the_order_and_smoke_runs_never_c
         main(["validate", "-c", str(SPIRAL), "--ckpt_path", "run:nosuchrun/best"])
     assert stop.value.code == 2
     assert "--ckpt_path run:nosuchrun/best: no " in capsys.readouterr().err
+
+
+def fake_checkpoint(path: Path, score: float, epoch: int = 3) -> None:
+    """A checkpoint file as ``RunCheckpoint`` writes its state: enough for ``best`` to compare runs."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = "RunCheckpoint{'alias': 'best', 'monitor': 'val/acc', 'mode': 'max'}"
+    torch.save({"epoch": epoch, "callbacks": {key: {"monitor": "val/acc", "best_model_score": torch.tensor(score)}}},
+               path)
+
+
+def test_a_damaged_best_ckpt_is_named_not_skipped_for_a_worse_run(tmp_path):
+    """The better run's best.ckpt is damaged: `best` used to pick the worse run silently (issue 28, part 8a)."""
+    from recipes.checkpoint_choice import choose_checkpoint
+
+    root = tmp_path / "checkpoints"
+    fake_checkpoint(root / "exp" / "worse" / "best.ckpt", 0.60)
+    damaged = root / "exp" / "better" / "best.ckpt"
+    fake_checkpoint(damaged, 0.95)
+    damaged.write_bytes(damaged.read_bytes()[:100])  # truncated, as a full disk or a killed copy leaves it
+    with pytest.raises(FileNotFoundError) as err:
+        choose_checkpoint("best", "exp", root, "unused", None, runs=lambda *_: ["better", "worse"])
+    message = str(err.value)
+    assert f"--ckpt_path best: cannot read {damaged.resolve()} (run better): " in message
+    assert "its run may be the best" in message and "--ckpt_path run:worse/best or a file path" in message
+    assert len(message.splitlines()) == 1
+
+    damaged.unlink()  # moved away: `best` chooses among the readable ones again
+    chosen = choose_checkpoint("best", "exp", root, "unused", None, runs=lambda *_: ["better", "worse"])
+    assert chosen.run_id == "worse" and "val/acc 0.6" in chosen.description
+
+
+def test_a_damaged_last_ckpt_newer_than_the_chosen_one_is_named(tmp_path):
+    import os
+
+    from recipes.checkpoint_choice import choose_checkpoint
+
+    root = tmp_path / "checkpoints"
+    older, newer = root / "exp" / "older" / "last.ckpt", root / "exp" / "newer" / "last.ckpt"
+    fake_checkpoint(older, 0.5)
+    newer.parent.mkdir(parents=True)
+    newer.write_bytes(b"not a checkpoint")
+    os.utime(older, (1_000_000, 1_000_000))
+    with pytest.raises(FileNotFoundError, match=r"--ckpt_path last: cannot read .*newer/last.ckpt \(run newer\): "
+                       r".*it is newer than every last.ckpt that can be read.*--ckpt_path run:older/last"):
+        choose_checkpoint("last", "exp", root, "unused", None, runs=lambda *_: ["newer", "older"])
+    os.utime(newer, (1_000, 1_000))  # an old damaged file does not stand in the way of a newer readable one
+    assert choose_checkpoint("last", "exp", root, "unused", None, runs=lambda *_: ["newer", "older"]).run_id == "older"
