@@ -14,7 +14,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,22 @@ SAFETENSORS_SUFFIXES = (".safetensors",)
 #: where a loopwise task keeps its network: the prefix of the network's keys in a task checkpoint
 TASK_NETWORK_PREFIX = "model."
 SHOWN_KEYS = 5
+#: the first byte of a pickle of protocol 2 or later (``torch.save``'s legacy, non-zip format)
+PICKLE_PROTO = b"\x80"
+
+
+class InitialWeightsSpec(TypedDict, total=False):
+    """``init_from``'s long form in a config: ``{path, strip_prefix, add_prefix, into, exclude, strict}`` (see
+    ``InitialWeights``). A typed mapping rather than the class, so that jsonargparse treats a string ``init_from`` as
+    the file name it is: for a class (or a dataclass) it would read an existing file named there as a sub-config,
+    and import the ``class_path`` that file names; the file is only ever read as weights."""
+
+    path: Required[str]
+    strip_prefix: str | None
+    add_prefix: str
+    into: str
+    exclude: list[str]
+    strict: bool
 
 
 class InitialWeights:
@@ -135,12 +151,20 @@ def show_shapes(mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]], 
 def read_weights(path: str | Path) -> dict[str, Tensor]:
     """The tensors of a weights file by name (see ``InitialWeights.path``), read weights-only on the CPU.
 
-    Raises ``FileNotFoundError`` or ``ValueError`` with one line naming the file, the problem and the fix.
+    The file is only ever read here, as weights: an empty file, one that is not what ``torch.save`` or safetensors
+    writes (a text file, a YAML config) or a pickle that would run code is refused. Raises ``FileNotFoundError`` or
+    ``ValueError`` with one line naming the file, the problem and the fix.
     """
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"init_from: no file {file.resolve()}")
     suffix = file.suffix.lower()
+    known = CHECKPOINT_SUFFIXES + STATE_DICT_SUFFIXES + SAFETENSORS_SUFFIXES
+    if suffix not in known:
+        raise ValueError(f"init_from: {file.name} has suffix {suffix or '(none)'!r}; expected one of {', '.join(known)}")
+    if file.stat().st_size == 0:
+        raise ValueError(f"init_from: {file} is empty (0 bytes); point init_from at the weights: "
+                         "torch.save(network.state_dict(), path)")
     if suffix in SAFETENSORS_SUFFIXES:
         from safetensors import SafetensorError  # noqa: PLC0415
         from safetensors.torch import load_file  # noqa: PLC0415
@@ -149,16 +173,16 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
             return load_file(str(file), device="cpu")
         except (SafetensorError, OSError, ValueError) as err:
             raise ValueError(f"init_from: {file} is not a readable safetensors file ({err})") from err
-    if suffix not in CHECKPOINT_SUFFIXES + STATE_DICT_SUFFIXES:
-        known = ", ".join(CHECKPOINT_SUFFIXES + STATE_DICT_SUFFIXES + SAFETENSORS_SUFFIXES)
-        raise ValueError(f"init_from: {file.name} has suffix {suffix or '(none)'!r}; expected one of {known}")
+    not_torch_file = torch_file_problem(file)
+    if not_torch_file:
+        raise ValueError(f"init_from: {file} is not a weights file ({not_torch_file}); save the weights with "
+                         "torch.save(network.state_dict(), path)")
     try:
         content = torch.load(file, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
-            f"init_from: {file} cannot be read weights-only ({first}); save plain tensors: "
-            "torch.save(network.state_dict(), path)"
+            f"init_from: {file} cannot be read weights-only ({load_failure(err)}): it holds more than tensors, and "
+            "a weights file never runs code; save plain tensors: torch.save(network.state_dict(), path)"
         ) from err
     for key in ("state_dict", "model"):
         if isinstance(content, Mapping) and isinstance(content.get(key), Mapping):
@@ -170,6 +194,28 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
     if not tensors:
         raise ValueError(f"init_from: {file} holds no tensors")
     return tensors
+
+
+def torch_file_problem(file: Path) -> str:
+    """Why ``file`` is not what ``torch.save`` writes (a zip archive, or a pickle in the legacy format); "" if it is."""
+    with file.open("rb") as handle:
+        head = handle.read(64)
+    if zipfile.is_zipfile(file) or head[:1] == PICKLE_PROTO:
+        return ""
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not the zip archive torch.save writes"
+    return "it holds text, not the zip archive torch.save writes"
+
+
+def load_failure(err: Exception) -> str:
+    """The reason in ``torch.load``'s weights-only error (its first line only advises loading without the guard)."""
+    text = str(err)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0].rstrip(".") if lines else type(err).__name__
 
 
 def default_strip_prefix(path: str | Path, keys: list[str]) -> str:
@@ -231,6 +277,7 @@ def load_initial_weights(network: nn.Module, spec: InitialWeights, path: str | N
             report.mismatched.append((key, tuple(value.shape), tuple(own[key].shape)))
         else:
             usable[key] = value
+    check_dtypes(usable, own, spec.path)
     report.missing = [k for k in own if k not in tensors and not matches(k, spec.exclude)]
     if spec.strict and not report.complete:
         raise ValueError(
@@ -239,10 +286,46 @@ def load_initial_weights(network: nn.Module, spec: InitialWeights, path: str | N
         )
     if not usable:
         raise ValueError(f"{report.summary()}: no key of the file matches the network (check strip_prefix/into)")
+    check_finite(usable, spec.path)
     target.load_state_dict(usable, strict=False)
     report.loaded = list(usable)
     report.loaded_parameters = sum(v.numel() for k, v in usable.items() if k in dict(target.named_parameters()))
     return report
 
 
-__all__ = ["InitialWeights", "WeightsReport", "load_initial_weights", "read_weights"]
+def check_dtypes(tensors: dict[str, Tensor], own: dict[str, Tensor], source: str) -> None:
+    """Integer and boolean tensors are not weights: one loads only where the network's own tensor has its dtype (a
+    count such as ``num_batches_tracked``), and a floating-point one never goes into an integer or boolean tensor."""
+    wrong = [k for k, v in tensors.items()
+             if v.dtype != own[k].dtype and not (v.dtype.is_floating_point and own[k].dtype.is_floating_point)
+             and not (v.is_complex() and own[k].is_complex())]
+    if wrong:
+        key = wrong[0]
+        more = f" (and {len(wrong) - 1} more tensors)" if len(wrong) > 1 else ""
+        raise ValueError(
+            f"init_from: {source}: {key} is {dtype_name(tensors[key])} in the file, {dtype_name(own[key])} in the "
+            f"network{more}; integer and boolean tensors are not weights: save the network's own tensors "
+            "(torch.save(network.state_dict(), path))"
+        )
+
+
+def check_finite(tensors: dict[str, Tensor], source: str) -> None:
+    """A NaN or infinite value among the weights to load is an error naming the tensor (a diverged run's file)."""
+    for key, value in tensors.items():
+        if not (value.is_floating_point() or value.is_complex()) or bool(torch.isfinite(value).all()):
+            continue
+        nan = int(torch.isnan(value).sum())
+        inf = int(torch.isinf(value).sum())
+        counts = " and ".join(f"{n} {name}" for n, name in ((nan, "NaN"), (inf, "inf")) if n)
+        raise ValueError(
+            f"init_from: {source}: {key} holds {counts} value(s) of {value.numel():,}; the file's weights are broken "
+            "(a diverged run?): start from another file, such as an earlier checkpoint"
+        )
+
+
+def dtype_name(tensor: Tensor) -> str:
+    """``int64`` for ``torch.int64``."""
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+__all__ = ["InitialWeights", "InitialWeightsSpec", "WeightsReport", "load_initial_weights", "read_weights"]

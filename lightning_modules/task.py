@@ -26,7 +26,7 @@ from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.evaluation_loss import MeanLoss
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
 from lightning_modules.fine_tuning import FineTuning
-from lightning_modules.initial_weights import InitialWeights, WeightsReport
+from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
 from lightning_modules.optim import Constant, Schedule, apply_lr_factors, fused_if_cuda, total_optimizer_steps
 from lightning_modules.read_steps import is_read_step
 from lightning_modules.step_output import StepOutput, initial_loss_wording
@@ -53,9 +53,9 @@ class Task(LightningModule):
             networks without 4-D weights are untouched.
         init_from: Initial weights of the network: a ``.ckpt`` (a loopwise run's, or any Lightning checkpoint), a
             state-dict file (``.pt``, ``.safetensors``), or ``mlflow:<run id>/best|last`` (``recipes`` fetches it);
-            a file name, or ``InitialWeights`` with key mapping (``strip_prefix``, ``add_prefix``, ``into``,
-            ``exclude``, ``strict``). Loaded weights-only when a run starts that does not restore a checkpoint; a
-            mismatch of names or shapes is an error naming them. What was loaded is in ``weights_report``.
+            a file name, or ``{path, strip_prefix, add_prefix, into, exclude, strict}`` (in Python also an
+            ``InitialWeights``). Only ever read as weights (never as a config), when a run starts that restores no
+            checkpoint; a mismatch, integer weights or a NaN is an error naming them. The report: ``weights_report``.
         freeze: Module name patterns of the network to freeze (``fnmatch``; "features" also names everything under
             it). Frozen norm layers stay in eval mode. Lightning's ``BaseFinetuning`` does the freezing.
         unfreeze_at_epoch: When frozen parts train: never (``None``), all from one epoch on (an int, 0-based), or
@@ -92,7 +92,7 @@ class Task(LightningModule):
         monitor_mode: Literal["min", "max"] | None = None,
         compile: bool = False,
         channels_last: bool = False,
-        init_from: str | InitialWeights | None = None,
+        init_from: str | InitialWeightsSpec | None = None,
         freeze: list[str] | None = None,
         unfreeze_at_epoch: int | dict[str, int] | None = None,
         lr_multipliers: dict[str, float] | None = None,
