@@ -11,6 +11,8 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from datamodules.file_paths import unreachable_reason
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 MODES = {1: "L", 3: "RGB"}
 
@@ -42,10 +44,22 @@ def find_class_names(root: str | os.PathLike) -> list[str]:
 
 
 def find_images(folder: str | os.PathLike) -> list[str]:
-    """Paths of the image files under ``folder`` and its visible sub-folders, in sorted (deterministic) order."""
+    """Paths of the image files under ``folder`` and its visible sub-folders, in sorted (deterministic) order.
+
+    Links to folders are followed (a class folder may link to images kept elsewhere), but no folder is visited
+    twice by its real path: a link back to a folder already walked (a loop, or a second link to the same images)
+    is skipped, so every image is found once.
+    """
     found = []
+    seen = {os.path.realpath(folder)}
     for directory, subdirs, files in os.walk(folder, followlinks=True):
-        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        kept = []
+        for name in sorted(d for d in subdirs if not d.startswith(".")):
+            real = os.path.realpath(os.path.join(directory, name))
+            if real not in seen:
+                seen.add(real)
+                kept.append(name)
+        subdirs[:] = kept
         found.extend(os.path.join(directory, f) for f in files if is_image_file(f))
     return sorted(found)
 
@@ -62,8 +76,9 @@ def find_images_to_predict(path: str) -> list[str]:
         if not found:
             raise ValueError(f"no images under {path!r} (looked for {', '.join(IMAGE_SUFFIXES)} in any case)")
         return found
-    if not os.path.exists(expanded):
-        raise FileNotFoundError(f"{path!r} does not exist (expected a folder of images or an image file)")
+    problem = unreachable_reason(expanded)
+    if problem is not None:
+        raise FileNotFoundError(f"predict_path: {problem} (expected a folder of images or an image file)")
     if not expanded.lower().endswith(IMAGE_SUFFIXES):
         raise ValueError(f"{path!r} is not an image file ({', '.join(IMAGE_SUFFIXES)}) or a folder of images")
     return [expanded]

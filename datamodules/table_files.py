@@ -3,8 +3,12 @@ unreadable, empty or badly headed file."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from datamodules.csv_reading import fields_of_any_length, not_utf8_message
+from datamodules.file_paths import unreachable_reason
 
 if TYPE_CHECKING:  # pandas is imported when a file is read, not at start-up
     import pandas as pd
@@ -28,7 +32,7 @@ def check_unique_header(file: Path, owner: str) -> None:
     """A CSV header that names a column twice is an error (pandas would rename the second ``x`` to ``x.1``)."""
     import csv
 
-    with file.open(encoding="utf-8-sig", newline="") as handle:
+    with file.open(encoding="utf-8-sig", newline="") as handle, fields_of_any_length():
         header = next(csv.reader(handle), [])
     repeated = sorted({name for name in header if header.count(name) > 1})
     if repeated:
@@ -42,14 +46,20 @@ def read_table(path: str | Path) -> "pd.DataFrame":
     """The whole file as a DataFrame with string column names; clear errors for missing, unreadable, empty files."""
     kind = table_format(path)
     file = Path(path).expanduser()
-    if not file.exists():
+    problem = unreachable_reason(file)
+    if problem is not None and os.path.islink(file):  # a link loop or a dangling link: resolve() would raise
+        raise FileNotFoundError(f"{NAME}: the data file {problem}")
+    if problem is not None:
         raise FileNotFoundError(f"{NAME}: the data file {str(path)!r} does not exist (resolved: {file.resolve()})")
     if not file.is_file():
         raise ValueError(f"{NAME}: {str(path)!r} is not a file")
     import pandas as pd
 
-    if kind == "CSV":
-        check_unique_header(file, NAME)
+    try:
+        if kind == "CSV":
+            check_unique_header(file, NAME)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{NAME}: {not_utf8_message(file, err)}") from None
     try:
         if kind == "CSV":
             # floats must parse exactly as written, so a CSV and a Parquet copy give identical tensors: pandas 3
@@ -60,6 +70,8 @@ def read_table(path: str | Path) -> "pd.DataFrame":
             frame = pd.read_parquet(file)
     except ImportError:
         raise
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{NAME}: {not_utf8_message(file, err)}") from None
     except pd.errors.EmptyDataError as err:
         raise ValueError(f"{NAME}: the data file {str(path)!r} is empty (no header, no rows)") from err
     except Exception as err:  # parser, encoding and Arrow errors all mean the same thing to the user

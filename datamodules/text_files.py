@@ -8,6 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from datamodules.csv_reading import fields_of_any_length, not_utf8_message
+from datamodules.file_paths import unreachable_reason
+
 CSV_SUFFIXES = (".csv",)
 JSONL_SUFFIXES = (".jsonl", ".json-lines")
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -41,8 +44,11 @@ def read_text_label_file(
     """
     path = Path(path)
     check_text_file_type(path)
+    problem = unreachable_reason(path)
+    if problem is not None:
+        raise FileNotFoundError(problem)
     if not path.is_file():
-        raise FileNotFoundError(f"{str(path)!r} does not exist (or is not a file)")
+        raise FileNotFoundError(f"{str(path)!r} is not a file")
     fields = [text_field] if label_field is None else [text_field, label_field]
     try:
         if path.suffix.lower() in CSV_SUFFIXES:
@@ -50,7 +56,7 @@ def read_text_label_file(
         else:
             records = _read_jsonl(path, fields)
     except UnicodeDecodeError as err:
-        raise ValueError(f"{str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+        raise ValueError(not_utf8_message(path, err)) from None
     if not records:
         raise ValueError(f"{str(path)!r} has no records")
     texts, labels, lines = [], [], []
@@ -77,7 +83,7 @@ def read_text_label_file(
 def _read_csv(path: Path, fields: list[str]) -> list[tuple[int, list[Any]]]:
     records = []
     # utf-8-sig: a byte-order mark (as some spreadsheet exports write) is not part of the first field name
-    with path.open(encoding="utf-8-sig", newline="") as handle:
+    with path.open(encoding="utf-8-sig", newline="") as handle, fields_of_any_length():
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
         repeated = sorted({name for name in header if header.count(name) > 1})

@@ -1,0 +1,128 @@
+"""Issue 28, parts 8 and 9: every bad file or setting is one clear line naming the file, the setting or the
+condition, and what to do (image folders that link back into themselves, booleans in numeric columns, files that are
+not UTF-8, very long fields, symbolic link loops, accumulate_grad_batches 0, a learning rate of nan, a truncated
+checkpoint, a full disk while a checkpoint is written)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from datamodules.image_files import find_images, find_images_to_predict
+
+
+def make_images(folder: Path, count: int) -> list[Path]:
+    """``count`` tiny PNGs in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = folder / f"{i:02d}.png"
+        Image.fromarray(np.full((4, 4, 3), i * 10, dtype=np.uint8)).save(path)
+        paths.append(path)
+    return paths
+
+
+def test_a_folder_linking_back_into_itself_gives_each_image_once(tmp_path):
+    folder = tmp_path / "new"
+    make_images(folder, 3)
+    make_images(folder / "sub", 2)
+    os.symlink(folder, folder / "sub" / "up")  # a directory link back to the folder (followed 40 deep, it was)
+    found = find_images(folder)
+    assert len(found) == 5 and len(set(map(os.path.realpath, found))) == 5
+    assert find_images_to_predict(str(folder)) == found
+
+
+def test_a_linked_folder_elsewhere_is_still_followed(tmp_path):
+    make_images(tmp_path / "store", 2)
+    make_images(tmp_path / "root" / "cat", 1)
+    os.symlink(tmp_path / "store", tmp_path / "root" / "cat" / "more")
+    assert [Path(p).name for p in find_images(tmp_path / "root" / "cat")] == ["00.png", "00.png", "01.png"]
+
+
+def test_a_training_class_folder_linking_to_itself_is_read_once(tmp_path):
+    from datamodules.image_folder import ImageFolderDataModule
+
+    for name in ("a", "b"):
+        make_images(tmp_path / name, 4)
+        os.symlink(tmp_path / name, tmp_path / name / "loop")
+    data = ImageFolderDataModule(str(tmp_path), image_size=4, batch_size=2, val_fraction=0.25, test_fraction=0.0)
+    data.setup("fit")
+    assert len(data.sample_paths) == 8 and len(set(map(os.path.realpath, data.sample_paths))) == 8
+
+
+@pytest.mark.parametrize("kind", ["image", "table", "text"])
+def test_a_symlink_loop_as_predict_path_is_one_line(tmp_path, kind):
+    loop = tmp_path / ("loop" if kind == "image" else "loop.csv")
+    os.symlink(loop, loop)
+    if kind == "image":
+        with pytest.raises(FileNotFoundError) as err:
+            find_images_to_predict(str(loop))
+    elif kind == "table":
+        from datamodules.table_files import read_table
+
+        with pytest.raises(FileNotFoundError) as err:
+            read_table(loop)
+    else:
+        from datamodules.text_files import read_text_label_file
+
+        with pytest.raises(FileNotFoundError) as err:
+            read_text_label_file(loop, "text", None)
+    message = str(err.value)
+    assert "symbolic link that leads back to itself" in message and str(loop) in message
+    assert "\n" not in message and not isinstance(err.value.__context__, RuntimeError)  # no second traceback
+
+
+def test_a_latin1_byte_in_a_table_names_the_file_line_and_byte(tmp_path):
+    from datamodules.table_files import read_table
+
+    table = tmp_path / "new.csv"
+    table.write_bytes(b"x,city\n1,Paris\n2,Orl\xe9ans\n" + b"3,Lyon\n" * 5000)
+    with pytest.raises(ValueError) as err:
+        read_table(table)
+    message = str(err.value)
+    assert f"{str(table)!r} is not UTF-8 text: line 3, byte 20 is 0xe9" in message
+    assert "save the file as UTF-8" in message and "\n" not in message
+
+
+def test_a_latin1_byte_deep_in_a_text_file_names_its_line(tmp_path):
+    from datamodules.text_files import read_text_label_file
+
+    texts = tmp_path / "new.csv"
+    body = b"text,label\n" + b"fine words,a\n" * 20000 + b"caf\xe9,b\n"
+    texts.write_bytes(body)
+    with pytest.raises(ValueError) as err:
+        read_text_label_file(texts, "text", "label")
+    offset = body.index(b"\xe9")
+    assert f"is not UTF-8 text: line 20002, byte {offset} is 0xe9" in str(err.value)
+
+
+def test_a_table_with_huge_fields_is_read_or_named(tmp_path):
+    from datamodules.table_files import read_table
+
+    table = tmp_path / "wide.csv"
+    table.write_text("x,note\n1," + "a" * 300_000 + "\n2,b\n")
+    assert read_table(table)["note"].str.len().tolist() == [300_000, 1]
+    one_line = tmp_path / "one_line.csv"
+    one_line.write_text("a" * 2_000_000)  # a single 2 MB line: a header and no rows
+    with pytest.raises(ValueError, match=r"one_line.csv' has no data rows"):
+        read_table(one_line)
+
+
+@pytest.mark.parametrize("size", [200_000, 10_000_000])
+def test_a_long_text_is_read_and_cut_to_max_length(tmp_path, size):
+    from datamodules.text_files import read_text_label_file
+    from datamodules import TextClassificationDataModule
+
+    texts = tmp_path / "long.csv"
+    rows = [f"word{i % 7} other{i % 3},{'ab'[i % 2]}" for i in range(40)]
+    texts.write_text("text,label\n" + f"{'long ' * (size // 5)},a\n" + "\n".join(rows) + "\n")
+    read, labels, lines = read_text_label_file(texts, "text", "label")
+    assert len(read[0]) == size and labels[:2] == ["a", "a"] and lines[:2] == [2, 3]
+    data = TextClassificationDataModule(str(texts), max_length=16, batch_size=4, val_fraction=0.25)
+    data.setup("fit")
+    lengths = [len(sample["input_ids"]) for name in ("train", "val") for sample in data.split(name)]
+    assert len(lengths) == 41 and max(lengths) == 16  # the long text, cut to max_length
