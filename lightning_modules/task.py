@@ -23,12 +23,15 @@ from torchmetrics import MetricCollection
 from lightning_modules.batches import to_channels_last
 from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
+from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state
 from lightning_modules.evaluation_loss import MeanLoss
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
 from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
 from lightning_modules.optim import Constant, Schedule, apply_lr_factors, fused_if_cuda, total_optimizer_steps
+from lightning_modules.plateau_step import PlateauStep, plateau_step_taken
 from lightning_modules.read_steps import is_read_step
+from lightning_modules.stage_metrics import stage_metrics
 from lightning_modules.step_output import StepOutput, initial_loss_wording
 
 STAGES = ("train", "val", "test")
@@ -117,21 +120,9 @@ class Task(LightningModule):
         self.compile_network = compile
         self._metrics_logged: dict[str, bool] = {}  # per stage: the metrics were logged this epoch
         self.channels_last = channels_last
-        metrics = self.build_metrics()
-        self.train_metrics = metrics.clone(prefix="train/")
-        self.val_metrics = metrics.clone(prefix="val/")
-        self.test_metrics = metrics.clone(prefix="test/")
-        eval_only = self.build_eval_metrics()
-        if len(eval_only):
-            self.val_metrics.add_metrics(dict(eval_only.clone().items()))
-            self.test_metrics.add_metrics(dict(eval_only.clone().items()))
-        for stage in STAGES:
-            # the loss has just consumed the same targets (cross entropy rejects a class index out of range) and the
-            # data modules check labels when they load them; torchmetrics' per-batch argument checks read values
-            # back to the host and cost about as much as a small network's forward pass
-            for metric in getattr(self, f"{stage}_metrics").values():
-                if hasattr(metric, "validate_args"):
-                    metric.validate_args = False
+        #: one collection per stage (``stage_metrics``: clones, evaluation-only metrics, no per-batch argument checks)
+        metrics = stage_metrics(self.build_metrics(), self.build_eval_metrics())
+        self.train_metrics, self.val_metrics, self.test_metrics = metrics
         #: the val and test loss, weighted by what each batch's loss is a mean over and summed over DDP ranks
         self.val_loss_metric, self.test_loss_metric = MeanLoss(), MeanLoss()
         #: per stage: the batches' (outputs, targets) kept on the device until the metrics are read
@@ -266,9 +257,14 @@ class Task(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.fine_tuning.weights_in_place = True  # the checkpoint's weights replace any initial ones
+        if TRAIN_METRIC_STATE in checkpoint:  # the partial epoch's train metrics (an epoch start resets them)
+            restore_epoch_metric_state(self.train_metrics, checkpoint[TRAIN_METRIC_STATE], self.global_rank)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[TRAIN_METRIC_STATE] = epoch_metric_state(self.train_metrics, self.metric_updates["train"])
 
     def configure_callbacks(self) -> list[Callback]:
-        return self.fine_tuning.callbacks()
+        return [*self.fine_tuning.callbacks(), PlateauStep()]  # PlateauStep: plateau steps before the checkpoints
 
     def train(self, mode: bool = True) -> Task:
         super().train(mode)
@@ -332,9 +328,10 @@ class Task(LightningModule):
     def on_train_epoch_end(self) -> None:
         self.metric_updates["train"].flush()
 
-    def on_train_epoch_start(self) -> None:
+    def on_train_epoch_start(self) -> None:  # not called when a run resumes in the middle of the epoch
         self._metrics_logged["train"] = False
-        self.metric_updates["train"].clear()  # steps of an epoch that ended without its end-of-epoch hooks (an exception)
+        self.metric_updates["train"].clear()  # steps of an epoch that ended without its end-of-epoch hooks (an
+        self.train_metrics.reset()  # exception), and a state restored from an epoch-end checkpoint
 
     def on_validation_epoch_start(self) -> None:
         self._metrics_logged["val"] = False
@@ -358,6 +355,10 @@ class Task(LightningModule):
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._shared_step(batch, "test", batch_idx)
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        if not plateau_step_taken(attached_trainer(self), scheduler):  # PlateauStep took it before the checkpoints
+            super().lr_scheduler_step(scheduler, metric)
 
     def configure_gradient_clipping(
         self,

@@ -1,12 +1,12 @@
-"""The ReduceLROnPlateau step that Lightning 2.6 loses when a run resumes from an epoch-end checkpoint.
+"""The ReduceLROnPlateau step missing from epoch-end checkpoints written before the task took that step itself.
 
 Lightning steps plateau schedulers at the very end of an epoch (``FitLoop.on_advance_end``), after validation, so a
-checkpoint written after validation (``ModelCheckpoint``'s default, and every recipe's ``best.ckpt``/``last.ckpt``)
-holds the scheduler *before* that epoch's step. On resume Lightning counts that epoch as finished and never takes its
-plateau step (the monitored metric is not in the checkpoint). The resumed run's plateau scheduler is then one
-epoch behind the uninterrupted run's (``last_epoch``, ``best``, ``num_bad_epochs``): it reduces the LR an epoch later,
-or not at all. ``PlateauStepOnResume`` keeps the monitored values in the checkpoint and takes the missing step when
-training resumes.
+checkpoint written after validation held the scheduler *before* that epoch's step, and a run resumed from it never
+took that step. ``Task`` now takes the step when the epoch's validation ends, before its checkpoints are written
+(``lightning_modules/plateau_step.py``), so a new checkpoint already holds it. ``PlateauStepOnResume`` still keeps the
+monitored values in every checkpoint and, when a run resumes from a checkpoint whose scheduler is behind the epochs it
+counts as finished (one written before that change, or by a task that leaves the step to Lightning), takes the
+missing step with the stored value. A scheduler that is not behind is left alone, so no step is ever taken twice.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lightning_modules.compat import epoch_batches_done
+from lightning_modules.plateau_step import plateau_steps_due
 
 
 def _epoch_end_pending(trainer: pl.Trainer) -> bool:
@@ -72,6 +73,8 @@ class PlateauStepOnResume(Callback):
         for config in trainer.lr_scheduler_configs:
             if not config.reduce_on_plateau or config.interval != "epoch" or (epoch + 1) % config.frequency:
                 continue
+            if config.scheduler.last_epoch >= plateau_steps_due(epoch, config.frequency):
+                continue  # the checkpoint holds the step already (PlateauStep)
             value = pending["metrics"].get(config.monitor)
             if value is None:
                 continue
