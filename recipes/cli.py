@@ -40,7 +40,7 @@ from recipes.recipe_options import add_recipe_options
 from recipes.recipe_trainer import RecipeTrainer
 from recipes.run_continuity import continue_stamped_run
 from recipes.run_description import describe_command
-from recipes.run_lock import RunLocked, hold_run_lock
+from recipes.run_lock import RunLocked, hold_run_lock, release_run_locks
 from recipes.run_record import RunRecord
 from recipes.split_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
 from recipes.sweep_trial import active_trial
@@ -350,3 +350,5 @@ def main(args: list[str] | None = None) -> None:
         if rank_zero_only.rank == 0:  # under DDP every process stops; one says so
             print(f"recipes: stopped by {name} (run marked KILLED, last.ckpt saved)", file=sys.stderr)
         raise SystemExit(code) from None
+    finally:
+        release_run_locks()  # the command is over: its run may be resumed (this process may run another command)

@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from recipes.run_lock import release_run_locks
 from recipes.sqlite_store import prepare_sqlite_store
 from recipes.sweep_space import SweepFile, as_cli_value, choice_value
 from recipes.sweep_study import (
@@ -85,6 +86,8 @@ def run_trial(fit_args: list[str], active: ActiveTrial) -> tuple[TrialState, str
         except Exception as err:  # noqa: BLE001 - any failure of a trial is that trial's, the sweep goes on
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             return TrialState.FAIL, f"{type(err).__name__}: {first}"[:500]
+        finally:
+            release_run_locks()  # the trial's run may be resumed once its fit is over
     if active.pruned_at is not None:
         return TrialState.PRUNED, active.pruned_at
     if active.best_value() is None:
