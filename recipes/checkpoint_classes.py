@@ -25,6 +25,9 @@ from jsonargparse import Namespace
 
 CLASS_PATH_KEY = "class_path"
 SKIPPED_KEYS = ("_instantiator",)  # LightningCLI drops it before parsing (Lightning's loader has an allowlist)
+#: hyperparameters whose plain strings jsonargparse never imports: a task's ``init_from`` is ``str |
+#: InitialWeightsSpec`` (a TypedDict), so a file name there ("net.pt") is no import path (a class_path is still refused)
+DATA_KEYS = ("init_from",)
 _NOTHING = object()  # no value at this place of the config
 
 
@@ -86,9 +89,11 @@ def names_same_object(saved: str, configured: Any) -> bool:
     return False
 
 
-def mismatches(saved: Any, configured: Any, place: list[str], config_place: list[str]) -> Iterator[Mismatch]:
+def mismatches(
+    saved: Any, configured: Any, place: list[str], config_place: list[str], strings: bool = True
+) -> Iterator[Mismatch]:
     """Every import path below ``saved`` (a checkpoint's value) that ``configured`` (the config's value at the same
-    place) does not hold."""
+    place) does not hold; ``strings=False``: ``class_path`` entries only (plain strings there are data)."""
     if isinstance(saved, Mapping):
         for key, value in saved.items():
             here, there = [*place, str(key)], [*config_place, str(key)]
@@ -97,11 +102,12 @@ def mismatches(saved: Any, configured: Any, place: list[str], config_place: list
                 if not (isinstance(value, str) and names_same_object(value, expected)):
                     yield Mismatch(".".join(here), ".".join(there), value, _shown(expected), True)
             else:
-                yield from mismatches(value, child(configured, key), here, there)
+                yield from mismatches(value, child(configured, key), here, there, strings)
     elif isinstance(saved, (list, tuple)):
         for index, value in enumerate(saved):
-            yield from mismatches(value, child(configured, index), [*place, str(index)], [*config_place, str(index)])
-    elif isinstance(saved, str) and (is_import_path(saved) or names_a_class(configured)):
+            yield from mismatches(value, child(configured, index), [*place, str(index)], [*config_place, str(index)],
+                                  strings)
+    elif strings and isinstance(saved, str) and (is_import_path(saved) or names_a_class(configured)):
         if not names_same_object(saved, class_of(configured)):
             yield Mismatch(".".join(place), ".".join(config_place), saved, _shown(class_of(configured)), False)
 
@@ -143,7 +149,7 @@ def foreign_class_paths(hyper_parameters: Any, model_config: Any) -> list[Mismat
         section = "init_args"
         if configured is _NOTHING and child(dict_kwargs, key) is not _NOTHING:
             configured, section = child(dict_kwargs, key), "dict_kwargs"
-        found.extend(mismatches(value, configured, [str(key)], ["model", section, str(key)]))
+        found.extend(mismatches(value, configured, [str(key)], ["model", section, str(key)], key not in DATA_KEYS))
     return found
 
 

@@ -217,3 +217,33 @@ def test_an_excluded_broken_tensor_is_not_read(tmp_path):
     task = load_into_spiral_network(tmp_path / "head.pt", exclude=["net.4"])
     assert task.weights_report.excluded == ["net.4.weight", "net.4.bias"]
     assert torch.isfinite(task.model.net[4].weight).all()
+
+
+@pytest.mark.parametrize("init_from", ["good.pt", "{path: good.pt, exclude: [net.4]}"], ids=["short", "long"])
+def test_a_fine_tuned_checkpoint_evaluates_without_naming_the_initial_file_again(workdir, capsys, init_from):
+    torch.save(spiral_network().state_dict(), workdir / "good.pt")
+    main(["fit", "-c", str(SPIRAL), *TINY, "--model.init_args.init_from", init_from])
+    (workdir / "good.pt").unlink()  # the checkpoint holds every weight: the initial file is not read again
+    capsys.readouterr()
+    main(["test", "-c", str(SPIRAL), "--data.init_args.n_samples", "300", "--trainer.limit_test_batches", "1",
+          "--ckpt_path", "best"])  # "good.pt" in its hyperparameters is a file name, not an import path
+    assert "recipes: error" not in capsys.readouterr().err
+    assert runs_of(workdir, "spiral_mlp")[-1].data.metrics["test/acc"] >= 0
+
+
+def test_a_class_path_under_init_from_in_a_checkpoint_imports_nothing(marker, workdir, capsys):
+    main(["fit", "-c", str(SPIRAL), *TINY, "--model.init_args.init_from", "good.pt"])
+    (best,) = workdir.glob("checkpoints/spiral_mlp/*/best.ckpt")
+    ckpt = torch.load(best, weights_only=True)
+    ckpt["hyper_parameters"]["init_from"] = {"class_path": "init_marker.X", "init_args": {}}
+    torch.save(ckpt, workdir / "doctored.ckpt")
+    with pytest.raises(SystemExit) as stop:
+        main(["test", "-c", str(SPIRAL), "--data.init_args.n_samples", "300", "--ckpt_path", "doctored.ckpt"])
+    assert stop.value.code == 2 and not marker.exists()
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("recipes: error:")]
+    assert errors == [
+        f"recipes: error: --ckpt_path {workdir / 'doctored.ckpt'}: its hyperparameters name the class 'init_marker.X' at "
+        "init_from.class_path, but the config names nothing there (model.init_args.init_from.class_path); a "
+        "checkpoint never chooses what is imported: use the recipe it was trained with, or, if you trust it, name it "
+        "in your config yourself (--model.init_args.init_from.class_path init_marker.X)"
+    ]
