@@ -50,10 +50,21 @@ def encode_names(column: "pd.Series") -> tuple[np.ndarray, list[str]]:
 
 
 def is_numeric_column(column: "pd.Series") -> bool:
-    """Numbers or booleans (not strings, not mixed objects)."""
+    """Numbers (not booleans, not strings, not mixed objects): a column of ``true``/``false`` is categorical."""
     import pandas as pd
 
-    return bool(pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column))
+    return bool(pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column))
+
+
+def boolean_rows(column: "pd.Series") -> np.ndarray:
+    """Positions of the values that are booleans (``true``/``false`` in a CSV, ``True`` in a frame)."""
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(column):
+        return np.flatnonzero(column.notna().to_numpy())
+    if pd.api.types.is_numeric_dtype(column):
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero(column.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool))
 
 
 class ColumnEncoder:
@@ -130,9 +141,15 @@ class ColumnEncoder:
         out = np.empty((len(frame), len(columns)), dtype=np.float64)
         for j, name in enumerate(columns):
             column = frame[name]
-            if pd.api.types.is_bool_dtype(column):
-                column = column.astype("float64")
-            elif not pd.api.types.is_numeric_dtype(column):
+            flags = boolean_rows(column)
+            if len(flags):
+                row = int(flags[0])
+                raise ValueError(
+                    f"{self.owner}: column {name!r} of {self.source} is numeric but has the boolean "
+                    f"{bool(column.iloc[row])} at row {row} ({len(flags)} such row(s)); write numbers there (1/0), "
+                    f"or add {name!r} to categorical when training to one-hot encode true/false"
+                )
+            if not pd.api.types.is_numeric_dtype(column):
                 converted = pd.to_numeric(column, errors="coerce")
                 bad = np.flatnonzero((converted.isna() & column.notna()).to_numpy())
                 if len(bad):

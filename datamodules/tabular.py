@@ -52,8 +52,9 @@ class TabularDataModule(BaseDataModule):
         path: The data file: ``.csv``, or ``.parquet``/``.pq``.
         target: The column to predict.
         features: The columns to use as inputs, in this order; default: every column except the target.
-        categorical: The feature columns to one-hot encode; every other feature must hold numbers only. Default:
-            the feature columns that are not numeric (strings, mixed values).
+        categorical: The feature columns to one-hot encode; every other feature must hold numbers only (``true``/
+            ``false`` there is an error naming the row). Default: the feature columns that are not numbers
+            (strings, mixed values, ``true``/``false``).
         task: "classification" (the target holds class labels) or "regression" (the target holds numbers).
         class_balance: Draw training samples with inverse class-frequency weights (ClassBalancedSampler), so every
             class is seen equally often (draws seeded by ``seed``); classification only. Validation and test keep
@@ -234,6 +235,8 @@ class TabularDataModule(BaseDataModule):
         """Warn when a column taken as categorical holds mostly numbers: likely a numeric column with a typo."""
         import pandas as pd
 
+        if pd.api.types.is_bool_dtype(column):  # true/false: categorical by design, not a typo
+            return
         present = column[column.notna()]
         numbers = pd.to_numeric(present, errors="coerce")
         if not len(present) or numbers.notna().mean() < 0.5:

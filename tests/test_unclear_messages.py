@@ -126,3 +126,39 @@ def test_a_long_text_is_read_and_cut_to_max_length(tmp_path, size):
     data.setup("fit")
     lengths = [len(sample["input_ids"]) for name in ("train", "val") for sample in data.split(name)]
     assert len(lengths) == 41 and max(lengths) == 16  # the long text, cut to max_length
+
+
+def test_true_false_in_a_numeric_column_of_a_predict_file_names_file_column_and_row(tmp_path):
+    from datamodules import TabularDataModule
+
+    train = tmp_path / "train.csv"
+    train.write_text("x,y,label\n" + "".join(f"{i % 5},{i % 3},{'ab'[i % 2]}\n" for i in range(40)))
+    data = TabularDataModule(str(train), target="label", batch_size=8)
+    data.setup("fit")
+    assert data.numeric_columns == ["x", "y"]
+    new = tmp_path / "new.csv"
+    new.write_text("x,y\n1,2\n3,true\n")  # a mixed column: text
+    with pytest.raises(ValueError, match=r"column 'y' of '.*new.csv' is treated as numeric but has the non-numeric "
+                       r"value 'true' at row 1"):
+        data.frame_data(__import__("pandas").read_csv(new), repr(str(new)))
+    new.write_text("x,y\n1,true\n3,false\n")  # pandas reads a column of only true/false as booleans
+    data.predict_path = str(new)
+    with pytest.raises(ValueError) as err:
+        data.new_data()
+    assert (f"column 'y' of {str(new)!r} is numeric but has the boolean True at row 0 (2 such row(s)); write "
+            "numbers there (1/0)") in str(err.value)
+
+
+def test_true_false_in_a_train_file_is_categorical_or_an_error_when_declared_numeric(tmp_path):
+    from datamodules import TabularDataModule
+
+    train = tmp_path / "train.csv"
+    train.write_text("x,flag,label\n" + "".join(f"{i % 5},{'true' if i % 3 else 'false'},{'ab'[i % 2]}\n"
+                                                for i in range(40)))
+    data = TabularDataModule(str(train), target="label", batch_size=8)
+    data.setup("fit")
+    assert data.numeric_columns == ["x"] and data.vocabularies == {"flag": ["False", "True"]}
+    declared = TabularDataModule(str(train), target="label", batch_size=8, categorical=[])
+    with pytest.raises(ValueError, match=r"column 'flag' of '.*train.csv' is numeric but has the boolean False at "
+                       r"row 0 \(40 such row\(s\)\)"):
+        declared.setup("fit")
