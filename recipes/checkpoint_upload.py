@@ -1,8 +1,10 @@
 """Checkpoint files uploaded as MLflow run artifacts in the background: the newest version of each name wins, and
-each name goes out at most once per interval."""
+each name goes out at most once per interval. ``UploadLedger`` records which version of each name reached which run,
+so ``recipes sync`` redoes the uploads that a failed store missed (``upload_missing_checkpoints``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -11,7 +13,10 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+LEDGER_NAME = "checkpoint-uploads.json"
+CHECKPOINT_NAMES = ("best", "last")
 
 
 @dataclass
@@ -20,6 +25,7 @@ class _Pending:
 
     source: Path
     staging: Path | None = None
+    identity: tuple[int, int, int] | None = None  # the source's ``file_identity`` when it was staged
 
 
 _CHANGED = "the file changed while it was copied"
@@ -55,12 +61,23 @@ class CheckpointUploader:
     Args:
         upload: ``upload(local_file, name)`` sends one staged file (named ``<name>.ckpt``) to the store.
         min_interval_s: Least seconds between two uploads of the same name (0: every submission goes out).
+        on_uploaded: ``on_uploaded(name, identity)`` after each upload that went through (the ``file_identity`` of
+            the file that was sent).
+        on_failed: ``on_failed(error)`` for an upload the store refused, instead of a warning (the logger's one
+            store warning).
     """
 
-    def __init__(self, upload: Callable[[str, str], None], min_interval_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        upload: Callable[[str, str], None],
+        min_interval_s: float = 0.0,
+        on_uploaded: Callable[[str, tuple[int, int, int]], None] | None = None,
+        on_failed: Callable[[BaseException], None] | None = None,
+    ) -> None:
         if min_interval_s < 0:
             raise ValueError(f"CheckpointUploader: min_interval_s must be >= 0, got {min_interval_s}")
         self._upload = upload
+        self._on_uploaded, self._on_failed = on_uploaded, on_failed
         self.min_interval_s = float(min_interval_s)
         self._cond = threading.Condition()
         self._pending: dict[str, _Pending] = {}  # name -> newest version not yet sent, in submission order
@@ -79,7 +96,7 @@ class CheckpointUploader:
             due = self._due_at(name) <= time.monotonic()
         item = _Pending(Path(path))
         if due:
-            item.staging, problem = self._copy(name, item.source)
+            item.staging, problem, item.identity = self._copy(name, item.source)
             if problem is not None and problem is not _CHANGED:
                 self._warn(problem)
                 return  # the file cannot be read: nothing to upload
@@ -105,14 +122,21 @@ class CheckpointUploader:
             finally:
                 self._flush -= 1
 
-    def close(self) -> None:
-        """``wait()``, then stop the worker thread (a later ``submit`` starts a new one)."""
-        self.wait()
+    def close(self, wait: bool = True) -> None:
+        """``wait()``, then stop the worker thread (a later ``submit`` starts a new one). ``wait=False`` (a store
+        that is down) drops the pending versions instead and does not wait for the one being sent."""
+        if wait:
+            self.wait()
         with self._cond:
+            dropped = list(self._pending.values())
+            self._pending.clear()
             self._closed = True
             worker, self._worker = self._worker, None
             self._cond.notify_all()
-        if worker is not None:
+        for item in dropped:
+            if item.staging is not None:
+                shutil.rmtree(item.staging, ignore_errors=True)
+        if worker is not None and wait:
             worker.join()
 
     def _due_at(self, name: str) -> float:
@@ -145,7 +169,7 @@ class CheckpointUploader:
     def _send(self, name: str, item: _Pending) -> None:
         staging = item.staging
         if staging is None:
-            staging, problem = self._copy(name, item.source)
+            staging, problem, item.identity = self._copy(name, item.source)
             if problem is _CHANGED:  # written to during the copy: copy it again when the name is next due
                 with self._cond:
                     self._pending.setdefault(name, item)
@@ -164,16 +188,21 @@ class CheckpointUploader:
         try:
             self._upload(str(staging / f"{name}.ckpt"), name)
             self.uploaded.append(name)
+            if self._on_uploaded is not None and item.identity is not None:
+                self._on_uploaded(name, item.identity)
         except Exception as err:  # noqa: BLE001  (an unreachable store must not kill training)
-            self._warn(f"could not upload {name}.ckpt: {type(err).__name__}: {err}")
+            if self._on_failed is not None:
+                self._on_failed(err)
+            else:
+                self._warn(f"could not upload {name}.ckpt: {type(err).__name__}: {err}")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
     @staticmethod
-    def _copy(name: str, source: Path) -> tuple[Path | None, str | None]:
-        """Copy ``source`` to a private ``<staging>/<name>.ckpt``: ``(staging, None)``; ``(None, _CHANGED)`` if the
-        file changed during the copy (a trainer writing it in place: the copy may be torn); ``(None, message)`` if
-        it cannot be read."""
+    def _copy(name: str, source: Path) -> tuple[Path | None, str | None, tuple[int, int, int] | None]:
+        """Copy ``source`` to a private ``<staging>/<name>.ckpt``: ``(staging, None, identity)``; ``(None, _CHANGED,
+        None)`` if the file changed during the copy (a trainer writing it in place: the copy may be torn); ``(None,
+        message, None)`` if it cannot be read."""
         staging = Path(tempfile.mkdtemp(prefix=f"loopwise-upload-{name}-"))
         try:
             before = file_identity(source)
@@ -181,12 +210,78 @@ class CheckpointUploader:
             changed = file_identity(source) != before
         except OSError as err:
             shutil.rmtree(staging, ignore_errors=True)
-            return None, f"could not stage {source} for upload as {name}.ckpt: {err}"
+            return None, f"could not stage {source} for upload as {name}.ckpt: {err}", None
         if changed:
             shutil.rmtree(staging, ignore_errors=True)
-            return None, _CHANGED
-        return staging, None
+            return None, _CHANGED, None
+        return staging, None, before
 
     def _warn(self, message: str) -> None:
         self.errors.append(message)
         warnings.warn(f"CheckpointUploader: {message}", stacklevel=3)
+
+
+class UploadLedger:
+    """Which version (``file_identity``) of each checkpoint name reached which run: ``<run folder>/
+    checkpoint-uploads.json``, ``{"<run id>": {"best": [inode, size, mtime_ns], ...}}``, rewritten atomically. The
+    file exists once a run uploads checkpoints (``expect``), so ``recipes sync`` knows to bring them up to date.
+
+    Args:
+        path: The ledger file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def read(self) -> dict[str, dict[str, list[int]]]:
+        """The ledger (empty when there is none or it cannot be read)."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def expect(self) -> None:
+        """Create the (empty) ledger if it does not exist: this run's checkpoints are meant for the store."""
+        with self._lock:
+            if not self.path.exists():
+                self._write({})
+
+    def mark(self, run_id: str, name: str, identity: tuple[int, int, int]) -> None:
+        """Record that ``identity`` of ``name`` reached run ``run_id``."""
+        with self._lock:
+            data = self.read()
+            data.setdefault(run_id, {})[name] = list(identity)
+            self._write(data)
+
+    def has(self, run_id: str, name: str, identity: tuple[int, int, int]) -> bool:
+        """Whether that version of ``name`` is the one run ``run_id`` holds."""
+        return self.read().get(run_id, {}).get(name) == list(identity)
+
+    def _write(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_name(f".{self.path.name}.tmp")
+        temp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(temp, self.path)
+
+
+def upload_missing_checkpoints(folder: Path, client: Any, run_id: str, artifact_dir: str = "checkpoints") -> list[str]:
+    """``recipes sync``: upload the run folder's ``best.ckpt`` / ``last.ckpt`` to run ``run_id`` where the ledger
+    says the run does not hold that version (an upload that failed while the store was down). Runs without a ledger
+    (checkpoints not uploaded: ``log_model: false``) are left alone. Returns the file names uploaded."""
+    ledger = UploadLedger(Path(folder) / LEDGER_NAME)
+    if not ledger.path.is_file():
+        return []
+    sent = []
+    for name in CHECKPOINT_NAMES:
+        path = Path(folder) / f"{name}.ckpt"
+        if not path.is_file():
+            continue
+        identity = file_identity(path)
+        if ledger.has(run_id, name, identity):
+            continue
+        client.log_artifact(run_id, str(path), artifact_dir)
+        ledger.mark(run_id, name, identity)
+        sent.append(path.name)
+    return sent

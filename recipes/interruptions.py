@@ -7,7 +7,9 @@ interruptions only, into the run's own ``last.ckpt`` (its ``RunCheckpoint``), an
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 import warnings
 from typing import Any
@@ -40,15 +42,21 @@ class StopOnSignal(Callback):
       the forward pass while rank 1 waits in the backward all-reduce): a deadlock, so under DDP it is replaced
       during training too.
     * Loggers with a ``mark_killed(reason)`` method (``RecipeLogger``) are told which signal ended the run.
+    * A signal that cannot be honoured at a batch boundary because the process is stuck (a call that does not
+      return: a tracker, a file system) is not the last word: a second SIGTERM, or a third SIGINT, ends the process
+      at once (``exit_now``: one line, then killed by the signal itself: 143 / 130 in a shell). What was written stays: the run's journal (written line by
+      line) and the last ``last.ckpt`` (written atomically).
     """
 
     def __init__(self) -> None:
         self.interrupted: str | None = None
         self._pending_signal: int | None = None  # DDP only: the signal received and not yet agreed on (0: none)
+        self._received: dict[str, int] = {}  # how many times each signal arrived during this fit
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.interrupted = None
         self._pending_signal = None
+        self._received = {}
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._route_signals(trainer)
@@ -61,6 +69,8 @@ class StopOnSignal(Callback):
         distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
 
         def on_sigint(signum: int, frame: Any) -> None:
+            if self._count("SIGINT") >= 3:
+                exit_now("SIGINT")
             if self.interrupted == "SIGINT" or self._pending_signal or not can_stop_after_this_batch(trainer):
                 raise KeyboardInterrupt
             if distributed:
@@ -71,13 +81,24 @@ class StopOnSignal(Callback):
             print("SIGINT: stopping after this batch (press Ctrl+C again to abort at once)", flush=True)
 
         signal.signal(signal.SIGINT, on_sigint)
-        if distributed:
+        lightning_sigterm = signal.getsignal(signal.SIGTERM)  # Lightning's: stop after this batch
 
-            def on_sigterm(signum: int, frame: Any) -> None:
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if self._count("SIGTERM") >= 2:
+                exit_now("SIGTERM")
+            if distributed:
                 self._pending_signal = signal.SIGTERM
+            elif callable(lightning_sigterm):
+                lightning_sigterm(signum, frame)
 
+        if distributed:
             self._pending_signal = 0
-            signal.signal(signal.SIGTERM, on_sigterm)
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _count(self, name: str) -> int:
+        """Count one more arrival of signal ``name``; how many so far in this fit."""
+        self._received[name] = self._received.get(name, 0) + 1
+        return self._received[name]
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -122,3 +143,18 @@ class StopOnSignal(Callback):
                 f"resume with --ckpt_path {path} (or last)",
                 flush=True,
             )
+
+
+def exit_now(name: str) -> None:
+    """A repeated signal while the first one's stop has not come through: one line, then the process ends at once,
+    killed by that signal with its default action (a shell reports 143 for SIGTERM, 130 for SIGINT), running
+    nothing else that could be stuck too."""
+    print(
+        f"recipes: {name} again before the run could stop: exiting now; the run's journal and its last saved "
+        "last.ckpt are kept (`recipes sync` writes the record to the store, `--ckpt_path last` resumes)",
+        file=sys.stderr,
+        flush=True,
+    )
+    number = getattr(signal, name)
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)

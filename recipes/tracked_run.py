@@ -48,7 +48,10 @@ class TrackedRun:
 
     def _write(self, action: Callable[[], Any], default: Any = None) -> Any:
         """Run one store write; when the store refuses it and the logger keeps a journal (``RecipeLogger``), warn
-        once through the logger and go on (the journal keeps the record); otherwise the error propagates."""
+        once through the logger and go on (the journal keeps the record); otherwise the error propagates. Once the
+        store has refused a write, nothing more is sent to it (no call waits on a store that is down)."""
+        if getattr(self.logger, "store_failure", None) is not None:
+            return default
         try:
             return action()
         except Exception as err:

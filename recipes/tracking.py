@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
+import threading
 import time
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -24,8 +21,16 @@ from lightning_modules.compat import (
     mlflow_logger_unbuffered,
     mlflow_logger_uploaded_files,
 )
-from recipes.checkpoint_upload import CheckpointUploader, file_identity
+from recipes.checkpoint_upload import LEDGER_NAME, CheckpointUploader, UploadLedger, file_identity
 from recipes.held_metrics import HeldMetrics
+from recipes.tracking_failures import (  # noqa: F401  (fast_http_failures, short_reason: used from here too)
+    bound_http_requests,
+    fast_http_failures,
+    is_server_uri,
+    short_reason,
+    store_failure_message,
+    warn_store_failure,
+)
 from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay, watch_store_failures
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
@@ -50,43 +55,6 @@ def default_tracking_uri() -> str:
     if uri:
         return uri
     return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
-
-
-def is_server_uri(uri: str) -> bool:
-    """Whether ``uri`` names a tracking server (HTTP) rather than a local store."""
-    return uri.startswith(("http://", "https://"))
-
-
-@contextmanager
-def fast_http_failures(uri: str, retries: int = 1, timeout_s: int = 15) -> Iterator[None]:
-    """For an HTTP server, fail in seconds rather than after MLflow's minutes of retries; knobs the user set in
-    the environment (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``) win."""
-    keys = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_s)}
-    changed = []
-    if is_server_uri(uri):
-        for key, value in keys.items():
-            if key not in os.environ:
-                os.environ[key] = value
-                changed.append(key)
-    try:
-        yield
-    finally:
-        for key in changed:
-            os.environ.pop(key, None)
-
-
-def short_reason(err: BaseException) -> str:
-    """The informative part of a connection error: ``[Errno 111] Connection refused`` rather than three lines of
-    urllib3 wrapping; else the first line, at most 200 characters."""
-    text = str(err).strip()
-    errno = re.search(r"\[Errno -?\d+\][^'\")]*", text)
-    if errno:
-        return errno.group(0).strip()
-    for marker in ("Read timed out", "timed out", "Name or service not known"):
-        if marker in text:
-            return marker
-    first = text.splitlines()[0] if text else type(err).__name__
-    return first if len(first) <= 200 else first[:197] + "..."
 
 
 def check_tracking_server(uri: str) -> None:
@@ -151,10 +119,12 @@ class RecipeLogger(MLFlowLogger):
         synchronous: bool = False,
         checkpoint_upload_interval: float = 30.0,
     ) -> None:
+        self.store_uri = tracking_uri or default_tracking_uri()
+        bound_http_requests(self.store_uri)  # a call to a server that is gone fails in seconds, not minutes
         super().__init__(
             experiment_name=experiment_name or "loopwise",
             run_name=run_name or f"{experiment_name or 'loopwise'}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S-%f}",
-            tracking_uri=tracking_uri or default_tracking_uri(),
+            tracking_uri=self.store_uri,
             tags=dict(tags) if tags else None,
             log_model=log_model,
             run_id=run_id,
@@ -164,14 +134,18 @@ class RecipeLogger(MLFlowLogger):
             os.environ.setdefault(ASYNC_BUFFER_ENV, str(ASYNC_BUFFER_SECONDS))
             os.environ.setdefault(ASYNC_POOL_ENV, str(ASYNC_POOL_SIZE))
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
-        self._uploader = CheckpointUploader(self._upload_file, min_interval_s=checkpoint_upload_interval)
+        self._uploader = CheckpointUploader(
+            self._upload_file, checkpoint_upload_interval, on_uploaded=self._uploaded, on_failed=self.store_failed
+        )
+        self._ledger: UploadLedger | None = None  # which checkpoint versions reached the run (recipe fits)
         self.resumed = run_id is not None
         self._name_after_id = run_name is None and run_id is None  # renamed <experiment>-<id> once the run exists
         self.killed_by: str | None = None  # the signal that stopped training (``mark_killed``), if any
         self._steps_before_resume: dict[str, set[int]] | None = None  # a continued run's history, read once
         self._journal_dir: Path | None = None  # <checkpoints_dir>/<experiment>: the run's journal goes below
         self._journal: TrackingJournal | None = None
-        self.store_failure: str | None = None  # the first write the store refused, once it has refused one
+        self.store_failure: str | None = None  # the first write the store refused: from then on, the journal only
+        self._failure_lock = threading.Lock()  # the upload thread and MLflow's async writer report failures too
         self.held_metrics = HeldMetrics(ASYNC_BUFFER_SECONDS)  # metrics not written yet (recipes/held_metrics.py)
         self._queued_since_flush = False  # a metric batch went to MLflow's asynchronous queue since the last flush
         self.synchronous = synchronous  # every call written before it returns: nothing held back
@@ -213,22 +187,20 @@ class RecipeLogger(MLFlowLogger):
             return
         if self._journal is None:
             self._journal = TrackingJournal(self._journal_dir / str(self.run_id) / JOURNAL_NAME)
+            self._ledger = UploadLedger(self._journal_dir / str(self.run_id) / LEDGER_NAME)
             if self.tags:
                 self._journal.record("tags", values=dict(self.tags))
         self._journal.record(kind, **data)
 
     def store_failed(self, error: BaseException | str) -> None:
-        """A write the store refused: warn once; training goes on and the journal keeps the record."""
-        if self.store_failure is not None:
-            return
-        self.store_failure = str(error) if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        """A write the store refused: warn once (one line: ``recipes.tracking_failures``); training goes on, and
+        from now on writes only to the journal, so no later call waits on the store."""
+        with self._failure_lock:
+            if self.store_failure is not None:
+                return
+            self.store_failure = str(error) if isinstance(error, str) else f"{type(error).__name__}: {error}"
         where = self._journal.path if self._journal is not None else "the run's checkpoint folder"
-        warnings.warn(
-            f"recipes: the tracking store stopped accepting writes ({self.store_failure[:300]}); training goes on. "
-            f"The run's record is kept in {where}: `recipes sync` writes it to the store once it works again (a "
-            "resume of the run does too).",
-            stacklevel=2,
-        )
+        warn_store_failure(store_failure_message(self.store_uri, error, where))
 
     def replay_journal(self) -> None:
         """A continued run: write what its journal holds and the store lacks (a store that failed last time)."""
@@ -261,6 +233,9 @@ class RecipeLogger(MLFlowLogger):
         store is never behind a checkpoint) and at the end of the run. With ``synchronous`` nothing is held."""
         if not len(self.held_metrics):
             return
+        if self.store_failure is not None:
+            self.held_metrics.take()  # the store is down: the journal has them, `recipes sync` writes them
+            return
         if not synchronous:
             self._queued_since_flush = True
         try:
@@ -287,7 +262,7 @@ class RecipeLogger(MLFlowLogger):
         self.send_held_metrics(synchronous=True)
         if self._journal is not None:
             self._journal.sync_to_disk()
-        if not self._queued_since_flush:
+        if not self._queued_since_flush or self.store_failure is not None:
             return  # nothing queued since the last flush (best and last are saved back to back): MLflow's flush
             # restarts its threads and waits for them, a cost to pay once per save moment, not twice
         self._queued_since_flush = False
@@ -305,6 +280,8 @@ class RecipeLogger(MLFlowLogger):
         """Params are written at once (not queued): ``log_params_once`` reads them back to find changed values."""
         values = dict(params) if isinstance(params, dict) else dict(vars(params)) if hasattr(params, "__dict__") else {}
         self.record("params", values={k: str(v)[:250] for k, v in values.items()})
+        if self.store_failure is not None:
+            return
         try:
             with mlflow_logger_unbuffered(self):
                 super().log_hyperparams(params)
@@ -315,6 +292,8 @@ class RecipeLogger(MLFlowLogger):
         """Tags for the run: set at creation if it does not exist yet, else written to it now (rank 0)."""
         if mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
             self.record("tags", values={k: str(v) for k, v in tags.items()})
+            if self.store_failure is not None:
+                return
             try:
                 for key, value in tags.items():
                     self.experiment.set_tag(self.run_id, key, str(value))
@@ -345,14 +324,15 @@ class RecipeLogger(MLFlowLogger):
         if mlflow_logger_run_created(self) and mlflow_logger_log_model(self):
             for callback in self._checkpoint_callbacks.values():
                 self.upload_checkpoints(callback)
-        self._uploader.close()
+        self._uploader.close(wait=self.store_failure is None)  # a store that is down: `recipes sync` uploads them
         mlflow_logger_forget_checkpoints(self)  # uploaded above, under fixed names
         if status == "failed" and self.killed_by is not None:
             status = "KILLED"  # MLflow's RunStatus for a run stopped from outside (SIGTERM, Ctrl+C)
         final = {"success": "FINISHED", "failed": "FAILED", "finished": "FINISHED"}.get(status, status)
         self.record("status", status=final, time=int(time.time() * 1000))
         try:
-            super().finalize(status)
+            if self.store_failure is None:
+                super().finalize(status)
         except Exception as err:  # noqa: BLE001
             self.store_failed(err)
         if self._journal is not None:
@@ -373,6 +353,10 @@ class RecipeLogger(MLFlowLogger):
             pairs = list(artifact_files().items())
         else:
             pairs = [("best", checkpoint_callback.best_model_path), ("last", checkpoint_callback.last_model_path)]
+        if self._ledger is not None:
+            self._ledger.expect()  # `recipes sync` brings the run's checkpoints up to date
+        if self.store_failure is not None:
+            return  # the store is down: `recipes sync` uploads what the ledger says the run lacks
         uploaded = mlflow_logger_uploaded_files(self)
         for name, path in pairs:
             if not path or not os.path.isfile(path):
@@ -388,11 +372,14 @@ class RecipeLogger(MLFlowLogger):
         self._uploader.wait()
 
     def _upload_file(self, local_file: str, name: str) -> None:
-        """Send one staged ``<name>.ckpt`` to the run's ``checkpoints/`` artifact directory (replacing it)."""
-        try:
-            self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
-        except Exception as err:  # noqa: BLE001  (the checkpoint stays on disk; the store failed)
-            self.store_failed(err)
+        """Send one staged ``<name>.ckpt`` to the run's ``checkpoints/`` artifact directory (replacing it); a store
+        that refuses it is the uploader's ``on_failed``, ``store_failed`` (the checkpoint stays on disk)."""
+        self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
+
+    def _uploaded(self, name: str, identity: tuple[int, int, int]) -> None:
+        """An upload went through: the ledger records that version (``recipes sync`` does not send it again)."""
+        if self._ledger is not None:
+            self._ledger.mark(str(self.run_id), name, identity)
 
 
 def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:

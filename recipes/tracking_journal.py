@@ -132,6 +132,8 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
+    from recipes.checkpoint_upload import upload_missing_checkpoints  # noqa: PLC0415
+
     client = MlflowClient(tracking_uri)
     lines = []
     for path in sorted(checkpoints_dir.glob(f"*/*/{JOURNAL_NAME}")):
@@ -149,7 +151,9 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
                 if earlier
                 else client.create_run(experiment_id, tags={REPLAYED_FROM_TAG: run_id}).info.run_id
             )
-        lines.append(replay(entries, client, target).describe() + (f" (recreated from {run_id})" if target != run_id else ""))
+        line = replay(entries, client, target).describe() + (f" (recreated from {run_id})" if target != run_id else "")
+        uploaded = upload_missing_checkpoints(path.parent, client, target)  # the uploads a store outage made fail
+        lines.append(line + (f", uploaded {', '.join(uploaded)}" if uploaded else ""))
     return lines
 
 

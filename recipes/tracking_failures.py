@@ -1,0 +1,140 @@
+"""A tracking store that fails: how long one call to it may take, and the one line a person reads about it.
+
+* **Bounded calls.** MLflow retries an HTTP request up to 7 times with exponential backoff and waits 120 s for an
+  answer (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``..._BACKOFF_FACTOR``, ``..._TIMEOUT``): a server gone mid-run
+  blocked every checkpoint save for minutes. ``bound_http_requests`` sets, for the recipe's process and a server
+  URI, one immediate retry and a 5 s timeout (at most about 10 s for a call to a server that hangs, milliseconds for
+  one that refuses connections), unless the user set them. The logger then stops writing to the store for the rest
+  of the run (its journal keeps the record), so the training thread pays that at most once.
+* **One line.** ``store_failure_message`` words the failure: the store, the reason (an ``[Errno 111] Connection
+  refused``, not three lines of urllib3 wrapping; a read-only SQLite store said to be read-only, with what to do,
+  not SQLAlchemy's ``[SQL: ...]`` and ``(Background on this error at: ...)``), cut at a word. It is warned as a
+  ``TrackingStoreWarning``, which prints as ``recipes: warning: <message>`` (no file-path prefix).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# the recipe process's HTTP settings for a tracking server (a value the user set in the environment wins)
+BOUNDED_HTTP_SETTINGS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+}
+READ_ONLY_MARKERS = ("readonly database", "read-only database", "read-only file system", "Read-only file system")
+REASON_LIMIT = 200
+
+
+class TrackingStoreWarning(UserWarning):
+    """The tracking store stopped accepting writes (printed as one ``recipes: warning: ...`` line)."""
+
+
+def is_server_uri(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (HTTP) rather than a local store."""
+    return uri.startswith(("http://", "https://"))
+
+
+def bound_http_requests(uri: str) -> None:
+    """For a server URI, bound every MLflow HTTP call of this process (``BOUNDED_HTTP_SETTINGS``); MLflow reads
+    them at each request. Values already in the environment (the user's) are kept."""
+    if is_server_uri(uri):
+        for key, value in BOUNDED_HTTP_SETTINGS.items():
+            os.environ.setdefault(key, value)
+
+
+@contextmanager
+def fast_http_failures(uri: str, retries: int = 1, timeout_s: int = 15) -> Iterator[None]:
+    """For an HTTP server, fail in seconds rather than after MLflow's minutes of retries, within the block; knobs the
+    user set in the environment (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``) win."""
+    keys = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_s)}
+    changed = []
+    if is_server_uri(uri):
+        for key, value in keys.items():
+            if key not in os.environ:
+                os.environ[key] = value
+                changed.append(key)
+    try:
+        yield
+    finally:
+        for key in changed:
+            os.environ.pop(key, None)
+
+
+def cut_at_word(text: str, limit: int = REASON_LIMIT) -> str:
+    """``text`` if it fits in ``limit`` characters, else its words that fit and `` ...``."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 4].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return f"{head} ..."
+
+
+def short_reason(err: BaseException | str) -> str:
+    """The informative part of a store error: ``[Errno 111] Connection refused`` rather than three lines of
+    urllib3 wrapping; else the first line (SQLAlchemy's ``[SQL: ...]`` and background link dropped), cut at a
+    word."""
+    text = str(err).strip()
+    errno = re.search(r"\[Errno -?\d+\][^'\")]*", text)
+    if errno:
+        return errno.group(0).strip()
+    for marker in ("Read timed out", "timed out", "Name or service not known"):
+        if marker in text:
+            return marker
+    first = text.splitlines()[0].strip() if text else type(err).__name__
+    first = re.sub(r"\s*\(Background on this error at: [^)]*\)", "", first)
+    return cut_at_word(first)
+
+
+def is_read_only(err: BaseException | str) -> bool:
+    """Whether the store refused a write because it (or its folder) is read-only."""
+    return isinstance(err, PermissionError) or any(marker in str(err) for marker in READ_ONLY_MARKERS)
+
+
+def store_failure_message(uri: str, err: BaseException | str, journal: Any) -> str:
+    """The one warning about a store that refused a write: which store, why, that training goes on, what to do."""
+    if is_read_only(err):
+        where = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else uri
+        return (
+            f"the tracking store stopped accepting writes: {where} is read-only (attempt to write a readonly "
+            "database); training goes on. Make the file and its folder writable (chmod u+w on both) or point "
+            f"MLFLOW_TRACKING_URI at a writable store, then run `recipes sync`: the run's record is kept in {journal}."
+        )
+    return (
+        f"the tracking store stopped accepting writes: {uri} ({short_reason(err)}); training goes on and the run's "
+        f"record is kept in {journal}: `recipes sync` writes it (and the checkpoints) to the store once it works "
+        "again (a resume of the run does too)."
+    )
+
+
+def _one_line(message: Any, category: type, filename: str, lineno: int, line: str | None = None) -> str:
+    if isinstance(category, type) and issubclass(category, TrackingStoreWarning):
+        return f"recipes: warning: {message}\n"
+    return _one_line.plain(message, category, filename, lineno, line)  # type: ignore[attr-defined]
+
+
+def warn_store_failure(message: str) -> None:
+    """Warn ``message`` as a ``TrackingStoreWarning``, shown as one ``recipes: warning:`` line (the formatter is
+    wrapped at the first warning, after Lightning installed its own)."""
+    if warnings.formatwarning is not _one_line:
+        _one_line.plain = warnings.formatwarning  # type: ignore[attr-defined]
+        warnings.formatwarning = _one_line  # type: ignore[assignment]
+    warnings.warn(message, TrackingStoreWarning, stacklevel=3)
+
+
+__all__ = [
+    "BOUNDED_HTTP_SETTINGS",
+    "TrackingStoreWarning",
+    "bound_http_requests",
+    "cut_at_word",
+    "fast_http_failures",
+    "is_read_only",
+    "is_server_uri",
+    "short_reason",
+    "store_failure_message",
+    "warn_store_failure",
+]
