@@ -89,6 +89,7 @@ def refused(capsys, args: list[str]) -> str:
         ("subclass.pt", "init_from: subclass.pt is not a weights file"),
         ("empty.pt", "init_from: empty.pt is empty (0 bytes)"),
     ],
+    ids=["class_path_text", "redirecting_text", "subclass_text", "empty"],
 )
 def test_a_text_or_empty_init_from_file_runs_no_code_and_is_one_line_before_any_run(marker, workdir, capsys, name,
                                                                                       message):
@@ -151,7 +152,8 @@ def load_into_spiral_network(path: Path, **options) -> ClassificationModule:
     return task
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.int32, torch.uint8])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.int32, torch.uint8],
+                         ids=["int64", "bool", "int32", "uint8"])
 def test_integer_and_boolean_tensors_are_not_weights(tmp_path, dtype):
     state = {k: torch.ones_like(v, dtype=dtype) for k, v in spiral_network().state_dict().items()}
     torch.save(state, tmp_path / "ints.pt")
@@ -187,7 +189,7 @@ def test_recipes_refuses_int64_weights_in_one_line(workdir, capsys):
 
 
 @pytest.mark.parametrize(("value", "counted"), [(float("nan"), "2 NaN"), (float("inf"), "2 inf"),
-                                                (float("-inf"), "2 inf")])
+                                                (float("-inf"), "2 inf")], ids=["nan", "inf", "minus_inf"])
 def test_a_weight_that_is_not_finite_is_one_line_naming_file_and_tensor(tmp_path, value, counted):
     state = spiral_network().state_dict()
     state["net.2.weight"][3, :2] = value
