@@ -45,6 +45,7 @@ from recipes.run_record import RunRecord
 from recipes.split_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
 from recipes.sweep_trial import active_trial
 from recipes.tracking import TrackingServerUnreachable
+from recipes.learning_rate_check import check_learning_rate_args, check_learning_rates
 from recipes.trainer_settings import check_trainer_settings
 from recipes.tracking_config import (
     RECIPE_LOGGER_CLASS_PATH,
@@ -136,12 +137,17 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
 
     # --- check ----------------------------------------------------------------------------------------------
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        try:  # before jsonargparse, which reads `lr nan` as text and answers with a block about import paths
+            check_learning_rate_args(self.command_args)
+        except ValueError as err:
+            raise RecipeInputError(str(err)) from None
         super().parse_arguments(parser, args)
         cfg = self.subcommand_config
         if cfg is None:
             return
         try:
             check_trainer_settings(cfg)
+            check_learning_rates(cfg)
             configure_tracking(cfg)
         except (TrackingServerUnreachable, ValueError) as err:
             raise RecipeInputError(str(err)) from None

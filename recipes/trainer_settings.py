@@ -7,8 +7,8 @@ from jsonargparse import Namespace
 
 def check_trainer_settings(cfg: Namespace) -> None:
     """``ValueError`` naming the setting for ``max_epochs`` 0 or below -1 (-1 is Lightning's "no limit") and a
-    ``gradient_clip_val`` of 0 or less (no clipping is ``null``, a negative value is meaningless), and a
-    ``checkpoint_every_n_steps`` below 1."""
+    ``gradient_clip_val`` of 0 or less (no clipping is ``null``, a negative value is meaningless), an
+    ``accumulate_grad_batches`` below 1 (Lightning divides by it) and a ``checkpoint_every_n_steps`` below 1."""
     trainer = cfg.get("trainer") or Namespace()
     max_epochs = trainer.get("max_epochs")
     if max_epochs is not None and (max_epochs == 0 or max_epochs < -1):
@@ -21,6 +21,12 @@ def check_trainer_settings(cfg: Namespace) -> None:
         raise ValueError(
             f"trainer.gradient_clip_val is {float(clip)}: a clip value must be > 0 (e.g. 1.0); leave it out (null) for no "
             "clipping"
+        )
+    accumulate = trainer.get("accumulate_grad_batches")
+    if accumulate is not None and accumulate < 1:
+        raise ValueError(
+            f"trainer.accumulate_grad_batches is {accumulate}: it must be at least 1 (the batches whose gradients "
+            "make one optimizer step; 1 steps after every batch)"
         )
     every = cfg.get("checkpoint_every_n_steps")
     if every is not None and every < 1:
