@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +44,9 @@ from recipes.sweep_study import (
     trial_start_lock,
     wait_for_parent_run,
 )
+from recipes.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.sweep_processes import announce_trial
+from recipes.sweep_workers import claim_trial, fail_abandoned_trials, mark_worker
 from recipes.sweep_trial import ActiveTrial, running_trial
 from recipes.tracking_config import experiment_name, tracking_uri
 
@@ -139,20 +142,67 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
                 "pruner": pruner, "sampler": f"TPESampler(seed={seed} + trial number)", "sweep_file": sweep.path}
     parent = create_parent_run(study, uri, experiment, sweep, settings) if created else wait_for_parent_run(name, storage)
     client.update_run(parent, status="RUNNING")
+    mark_worker(client, parent, "running")
     say(f"study {name!r} in {shown_storage(storage)}: {direction} {metric}; MLflow parent run {parent} "
         f"(experiment {experiment!r})")
+    try:
+        with trial_start_lock(storage):
+            dead = fail_abandoned_trials(study)
+        if dead:
+            say(f"trial(s) {', '.join(map(str, dead))} were left RUNNING by a worker that no longer exists: failed "
+                "(they do not count toward --n_trials)")
+        close_abandoned_runs(uri, experiment)  # their fit runs: KILLED
+        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, seed)
+    except KeyboardInterrupt as stop:  # Ctrl+C between trials
+        close_parent(client, study, storage, parent, "KILLED")
+        raise SIGTERMException() from stop
+    except SIGTERMException:
+        close_parent(client, study, storage, parent, "KILLED")
+        raise
+    except BaseException:
+        close_parent(client, study, storage, parent, "FAILED")
+        raise
+    announce_trial(None)
     folder = sqlite_path(storage).parent if sqlite_path(storage) else Path.cwd()
+    best = write_best_config(client, study, experiment, folder, parent)
+    close_parent(client, study, storage, parent, "FINISHED")
+    done = counts(study)
+    summary = ", ".join(f"{n} {state}" for state, n in done.items() if n)
+    if best is not None:
+        say(f"{summary}; best trial {study.best_trial.number}: {metric} {study.best_value:.6g} "
+            f"{json.dumps(active_params(study.best_params))}; {best} (recipes fit -c {best})")
+        return 0
+    say(f"{summary}; no trial completed")
+    return 1 if done["complete"] == 0 else 0
+
+
+def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent: str, status: str) -> None:
+    """This worker has ended: the parent run ends ``status`` unless another worker is still at work (a live one of
+    this host, any of another host) or a trial still runs (a dead worker's trial is failed first)."""
+    mark_worker(client, parent, "ended")
+    with trial_start_lock(storage):
+        fail_abandoned_trials(study)
+    others = workers_alive(client.get_run(parent).data.tags, socket.gethostname())
+    if counts(study)["running"] == 0 and not others:
+        client.set_terminated(parent, status=status)
+
+
+def run_trials(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile, study: optuna.Study,
+               client: MlflowClient, parent: str, experiment: str, metric: str, seed: int | None) -> None:
+    """Ask, run and tell trials until the study has ``options.n_trials`` (or ``options.timeout`` passes)."""
+    name, direction = study.study_name, study.direction.name.lower()
     started = time.monotonic()
-    code = 0
+    storage = options.storage or default_storage()
     while True:
         if options.timeout is not None and time.monotonic() - started > options.timeout:
             say(f"--timeout {options.timeout:g} s reached")
-            break
+            return
         with trial_start_lock(storage):
             done = counts(study)
             if sum(n for state, n in done.items() if state != "interrupted") >= options.n_trials:
-                break
+                return
             trial = study.ask()
+            claim_trial(trial)
         study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + trial.number)
         params = {d.key: d.suggest(trial) for d in sweep.dimensions}
         active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params)
@@ -169,38 +219,32 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
             if isinstance(stop, KeyboardInterrupt):
                 raise SIGTERMException() from stop
             raise
-        run_id = trial_run_id(client, experiment, name, trial.number)
-        if state == TrialState.COMPLETE:
-            study.tell(trial, active.best_value())
-            say(f"trial {trial.number}: {metric} {active.best_value():.6g}  {json.dumps(params)}")
-        elif state == TrialState.PRUNED:
-            study.tell(trial, state=TrialState.PRUNED)
-            if run_id:
-                client.set_tag(run_id, "loopwise.sweep.pruned", str(reason))
-                client.set_terminated(run_id, status="KILLED")
-            say(f"trial {trial.number}: pruned at {reason}  {json.dumps(params)}")
-        else:
-            trial.set_user_attr("failure", str(reason))
-            study.tell(trial, state=TrialState.FAIL)
-            if run_id:
-                client.set_tag(run_id, "loopwise.sweep.failure", str(reason)[:5000])
-                if client.get_run(run_id).info.status == "RUNNING":
-                    client.set_terminated(run_id, status="FAILED")
-            say(f"trial {trial.number}: failed: {reason}")
+        record_trial(study, client, trial, active, state, reason, experiment)
         record_progress(study, client, parent)
-    announce_trial(None)
-    best = write_best_config(client, study, experiment, folder, parent)
-    done = counts(study)
-    if done["running"] == 0:
-        client.set_terminated(parent, status="FINISHED")
-    summary = ", ".join(f"{n} {state}" for state, n in done.items() if n)
-    if best is not None:
-        say(f"{summary}; best trial {study.best_trial.number}: {metric} {study.best_value:.6g} "
-            f"{json.dumps(active_params(study.best_params))}; {best} (recipes fit -c {best})")
+
+
+def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial, active: ActiveTrial,
+                 state: TrialState, reason: str | None, experiment: str) -> None:
+    """Tell the study a trial's outcome and mark its run (pruned: KILLED; failed: FAILED, with the reason)."""
+    run_id = trial_run_id(client, experiment, study.study_name, trial.number)
+    params = json.dumps(active.params)
+    if state == TrialState.COMPLETE:
+        study.tell(trial, active.best_value())
+        say(f"trial {trial.number}: {active.metric} {active.best_value():.6g}  {params}")
+    elif state == TrialState.PRUNED:
+        study.tell(trial, state=TrialState.PRUNED)
+        if run_id:
+            client.set_tag(run_id, "loopwise.sweep.pruned", str(reason))
+            client.set_terminated(run_id, status="KILLED")
+        say(f"trial {trial.number}: pruned at {reason}  {params}")
     else:
-        say(f"{summary}; no trial completed")
-        code = 1 if done["complete"] == 0 else 0
-    return code
+        trial.set_user_attr("failure", str(reason))
+        study.tell(trial, state=TrialState.FAIL)
+        if run_id:
+            client.set_tag(run_id, "loopwise.sweep.failure", str(reason)[:5000])
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, status="FAILED")
+        say(f"trial {trial.number}: failed: {reason}")
 
 
-__all__ = ["run_sweep", "run_trial", "trial_run_id", "write_best_config"]
+__all__ = ["close_parent", "record_trial", "run_sweep", "run_trial", "run_trials", "trial_run_id", "write_best_config"]

@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from recipes.sweep_space import SweepFile
+from recipes.sweep_workers import abandoned_trials
 
 PARENT_ATTR = "loopwise.mlflow_parent_run_id"
 EXPERIMENT_ATTR = "loopwise.experiment"
@@ -142,10 +143,13 @@ def wait_for_parent_run(study_name: str, storage: str, timeout_s: float = PARENT
 
 
 def counts(study: optuna.Study) -> dict[str, int]:
-    """Trials of the study by state: complete, pruned, failed, running; trials stopped by Ctrl+C or SIGTERM are
-    counted apart (``interrupted``): they do not use the ``--n_trials`` budget."""
+    """Trials of the study by state: complete, pruned, failed, running; trials stopped by Ctrl+C or SIGTERM, or
+    failed because their worker died (``recipes.sweep_workers``), are counted apart (``interrupted``): they do not
+    use the ``--n_trials`` budget."""
     trials = study.get_trials(deepcopy=False)
-    interrupted = [t for t in trials if t.user_attrs.get("interrupted")]
+    abandoned = abandoned_trials(study)
+    interrupted = [t for t in trials if t.user_attrs.get("interrupted") or
+                   (t.number in abandoned and t.state == TrialState.FAIL)]
     return {
         "complete": sum(t.state == TrialState.COMPLETE for t in trials),
         "pruned": sum(t.state == TrialState.PRUNED for t in trials),

@@ -1,0 +1,85 @@
+"""A sweep closes what it opens (issue 28, part 6): its MLflow parent run ends when its workers do, also when they
+are killed (kill -9: the next command on the host closes it), and SIGTERM ends a sweep with 143, as it ends a fit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from optuna.trial import TrialState
+
+from recipes.abandoned_runs import close_abandoned_runs
+from tests.conftest import REPO, SPIRAL, runs_of
+from tests.test_sweep import SWEEP, study_of, sweep
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def start_sweep(workdir, *extra: str) -> subprocess.Popen:
+    """A sweep worker in its own process, whose first trial trains for long (400 epochs)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), "--trainer.max_epochs",
+               "400", "--data.init_args.n_samples", "600", "--torch_threads", "1", *extra]
+    return subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_training(workdir, worker: subprocess.Popen) -> None:
+    """Until the worker's first trial has written last.ckpt (it is in its training loop)."""
+    deadline = time.monotonic() + 180
+    while not list((workdir / "checkpoints" / "spiral_mlp").glob("*/last.ckpt")):
+        assert worker.poll() is None, worker.communicate()
+        assert time.monotonic() < deadline, "the trial wrote no last.ckpt"
+        time.sleep(0.2)
+
+
+def parent_and_trial(workdir):
+    runs = runs_of(workdir, "spiral_mlp")
+    [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
+    [trial] = [r for r in runs if r.data.tags.get("loopwise.stage") == "fit"]
+    return parent, trial
+
+
+@pytest.mark.slow
+def test_a_killed_workers_parent_run_is_closed_and_the_next_sweep_fails_its_trial_and_goes_on(workdir, capsys):
+    worker = start_sweep(workdir, "--n_trials", "1")
+    wait_for_training(workdir, worker)
+    worker.kill()  # kill -9: nothing of the worker closes anything
+    worker.wait(timeout=60)
+    parent, trial = parent_and_trial(workdir)
+    assert (parent.info.status, trial.info.status) == ("RUNNING", "RUNNING")
+
+    # the next command that opens the experiment on this host (any recipe's prepare_tracking does this)
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    assert set(close_abandoned_runs(uri, "spiral_mlp")) == {parent.info.run_id, trial.info.run_id}
+    parent, trial = parent_and_trial(workdir)
+    assert (parent.info.status, trial.info.status) == ("KILLED", "KILLED")
+    assert "every worker of this sweep" in parent.data.tags["loopwise.abandoned"]
+
+    # the same sweep command again: the dead worker's trial is failed, does not use the budget, the study goes on
+    assert study_of(workdir).trials[0].state == TrialState.RUNNING
+    assert sweep("--n_trials", "1", "--trainer.max_epochs", "1") == 0
+    assert "left RUNNING by a worker that no longer exists" in capsys.readouterr().out
+    assert [t.state for t in study_of(workdir).trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    runs = runs_of(workdir, "spiral_mlp")
+    [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
+    assert parent.info.status == "FINISHED"
+    assert [r.info.status for r in runs if r.data.tags.get("loopwise.stage") == "fit"] == ["KILLED", "FINISHED"]
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_sweep_with_143_and_closes_its_trial_and_parent_runs(workdir):
+    worker = start_sweep(workdir, "--n_trials", "2")
+    wait_for_training(workdir, worker)
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=180)
+    assert worker.returncode == 143, err[-3000:]
+    assert "recipes sweep: stopped" in err
+    parent, trial = parent_and_trial(workdir)
+    assert (parent.info.status, trial.info.status) == ("KILLED", "KILLED")
+    [interrupted] = study_of(workdir).trials
+    assert interrupted.state == TrialState.FAIL and interrupted.user_attrs["interrupted"] is True
