@@ -59,12 +59,23 @@ def describe_load_error(path: Path, err: BaseException) -> str:
     size = path.stat().st_size if path.exists() else 0
     if size == 0:
         return "the file is empty (0 bytes): not a checkpoint"
-    if "central directory" in text or "zip archive" in text or isinstance(err, EOFError):
+    if "central directory" in text or "zip archive" in text or isinstance(err, EOFError) or _torch_file_start(path):
         return (
             f"the file is truncated or corrupt ({size:,} bytes; torch: "
-            f"{text.split('. ')[0][:120] or type(err).__name__})"
+            f"{text.split('. ')[0][:120] or type(err).__name__}); copy it again, or use an earlier checkpoint"
         )
     return f"not a PyTorch checkpoint file ({size:,} bytes; torch.load failed: {type(err).__name__} {text[:120]})"
+
+
+def _torch_file_start(path: Path) -> bool:
+    """Whether the file starts as ``torch.save`` files do (a zip archive's first entry named ``<archive>/...``, or
+    the legacy format's pickle protocol byte), so a load that fails means the rest is missing or damaged."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return False
+    return (head.startswith(b"PK\x03\x04") and b"/" in head[30:64]) or head[:2] in (b"\x80\x02", b"\x80\x04")
 
 
 def check_checkpoint(path: str | Path, subcommand: str | None, loaded: Any = None) -> dict[str, Any]:

@@ -162,3 +162,33 @@ def test_true_false_in_a_train_file_is_categorical_or_an_error_when_declared_num
     with pytest.raises(ValueError, match=r"column 'flag' of '.*train.csv' is numeric but has the boolean False at "
                        r"row 0 \(40 such row\(s\)\)"):
         declared.setup("fit")
+
+
+@pytest.mark.parametrize("size", [100, 5_000, 50_000, "half", "all but 10"])
+def test_a_cut_checkpoint_is_truncated_or_corrupt_whatever_its_size(tmp_path, size):
+    import torch
+
+    from recipes.checkpoint_files import CheckpointError, load_checkpoint_weights_only
+
+    full = tmp_path / "full.ckpt"
+    torch.save({"state_dict": {"w": torch.randn(200, 200)}, "epoch": 3}, full)
+    data = full.read_bytes()
+    keep = {"half": len(data) // 2, "all but 10": len(data) - 10}.get(size, size)
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(data[:keep])
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint_weights_only(cut)
+    assert f"--ckpt_path {cut}: the file is truncated or corrupt ({keep:,} bytes;" in str(err.value)
+    assert str(err.value).endswith("copy it again, or use an earlier checkpoint")
+
+
+def test_a_zip_that_is_no_torch_file_is_not_called_truncated(tmp_path):
+    import zipfile
+
+    from recipes.checkpoint_files import CheckpointError, load_checkpoint_weights_only
+
+    other = tmp_path / "other.ckpt"
+    with zipfile.ZipFile(other, "w") as archive:
+        archive.writestr("readme.txt", "hello " * 100)
+    with pytest.raises(CheckpointError, match="not a PyTorch checkpoint file"):
+        load_checkpoint_weights_only(other)
