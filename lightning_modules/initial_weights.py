@@ -28,6 +28,8 @@ TASK_NETWORK_PREFIX = "model."
 SHOWN_KEYS = 5
 #: the first byte of a pickle of protocol 2 or later (``torch.save``'s legacy, non-zip format)
 PICKLE_PROTO = b"\x80"
+#: the first bytes of a zip archive (``torch.save``'s format)
+ZIP_MAGIC = b"PK\x03\x04"
 
 
 class InitialWeightsSpec(TypedDict, total=False):
@@ -198,10 +200,15 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
 
 def torch_file_problem(file: Path) -> str:
     """Why ``file`` is not what ``torch.save`` writes (a zip archive, or a pickle in the legacy format); "" if it is."""
-    with file.open("rb") as handle:
-        head = handle.read(64)
-    if zipfile.is_zipfile(file) or head[:1] == PICKLE_PROTO:
-        return ""
+    try:
+        with file.open("rb") as handle:
+            head = handle.read(64)
+        if zipfile.is_zipfile(file) or head[:1] == PICKLE_PROTO:
+            return ""
+    except OSError as err:
+        return f"it cannot be read: {err.strerror or err}"
+    if head.startswith(ZIP_MAGIC):
+        return "a damaged or truncated zip archive: copy or save it again"
     try:
         head.decode("utf-8")
     except UnicodeDecodeError:

@@ -251,3 +251,14 @@ def test_a_class_path_under_init_from_in_a_checkpoint_imports_nothing(marker, wo
         "checkpoint never chooses what is imported: use the recipe it was trained with, or, if you trust it, name it "
         "in your config yourself (--model.init_args.init_from.class_path init_marker.X)"
     ]
+
+
+def test_a_truncated_weights_file_is_one_line(tmp_path):
+    torch.save(spiral_network().state_dict(), tmp_path / "whole.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "whole.pt").read_bytes()[:4000])  # a copy that stopped half-way
+    with pytest.raises(ValueError) as err:
+        load_into_spiral_network(tmp_path / "cut.pt")
+    assert str(err.value) == (
+        f"init_from: {tmp_path / 'cut.pt'} is not a weights file (a damaged or truncated zip archive: copy or save it "
+        "again); save the weights with torch.save(network.state_dict(), path)"
+    )
