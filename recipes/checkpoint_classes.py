@@ -164,6 +164,12 @@ def check_checkpoint_classes(path: str, hyper_parameters: Any, model_config: Any
     what = "the class" if first.is_class else "the import path"
     config_has = f"names {first.configured!r} there" if first.configured is not None else "names nothing there"
     more = f" ({len(found) - 1} more such place(s))" if len(found) > 1 else ""
+    if first.place.split(".")[0] in DATA_KEYS:  # no class can go there: nothing to name in the config
+        raise ForeignClassPath(
+            f"--ckpt_path {path}: its hyperparameters name {what} {first.saved!r} at {first.place}, where a task "
+            "takes a file name or a mapping, never a class; a checkpoint never chooses what is imported: use a "
+            "checkpoint that the recipes wrote"
+        )
     settable = is_import_path(first.saved) and not any(part.isdigit() for part in first.config_place.split("."))
     flag = f" (--{first.config_place} {first.saved})" if settable else ""
     raise ForeignClassPath(

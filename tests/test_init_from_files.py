@@ -247,9 +247,8 @@ def test_a_class_path_under_init_from_in_a_checkpoint_imports_nothing(marker, wo
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("recipes: error:")]
     assert errors == [
         f"recipes: error: --ckpt_path {workdir / 'doctored.ckpt'}: its hyperparameters name the class 'init_marker.X' at "
-        "init_from.class_path, but the config names nothing there (model.init_args.init_from.class_path); a "
-        "checkpoint never chooses what is imported: use the recipe it was trained with, or, if you trust it, name it "
-        "in your config yourself (--model.init_args.init_from.class_path init_marker.X)"
+        "init_from.class_path, where a task takes a file name or a mapping, never a class; a checkpoint never chooses "
+        "what is imported: use a checkpoint that the recipes wrote"
     ]
 
 
