@@ -17,6 +17,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lightning_modules.compat import checkpoint_state_key, epoch_batches_done
 from recipes.checkpoint_choice import choose_checkpoint
+from recipes.recreated_runs import current_run_id
 from recipes.tracking import CHECKPOINT_ARTIFACT_DIR, default_tracking_uri, find_mlflow_logger
 
 ALIASES = ("best", "last")
@@ -136,7 +137,8 @@ def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_
 
     The file lands in ``<root>/<experiment>/<run_id>/downloaded/<alias>-<random>/checkpoints/<alias>.ckpt``, a new
     directory every time, so it never overwrites a file (nor the run's own ``best.ckpt``/``last.ckpt``).
-    Raises ``FileNotFoundError`` when the run or the artifact does not exist.
+    Raises ``FileNotFoundError`` when the run or the artifact does not exist. The old id of a run that ``recipes
+    sync`` recreated names the recreated run.
     """
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
@@ -144,6 +146,7 @@ def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_
     uri = tracking_uri or default_tracking_uri()
     ref = f"--ckpt_path mlflow:{run_id}/{alias}"
     client = MlflowClient(uri)
+    run_id = current_run_id(client, run_id) or run_id  # a run `recipes sync` recreated is found by its old id
     try:
         run = client.get_run(run_id)
     except MlflowException as err:

@@ -86,6 +86,11 @@ def notes(table: RunsTable, dropped: list[str], width: int) -> list[str]:
     if unnamed:
         out.append(f"(+{len(unnamed)} differing params that follow from the ones named, e.g. {unnamed[0]}; "
                    "--format csv/json lists every param)")
+    for row in table.rows:
+        if row.get("resumed from"):
+            source, _, step = row["resumed from"].partition(" @ step ")
+            out.append(f"(run {row['id'][:8]} is a branch: resumed from step {step} of run {source[:8]}; its history "
+                       f"before that step is {source[:8]}'s, what {source[:8]} logged after it is not {row['id'][:8]}'s)")
     if dropped:
         out.append(f"(left out to fit {width} columns: {', '.join(dropped)}; --format csv/json has every column)")
     return [line for note in out for line in wrap_note(note, width)]

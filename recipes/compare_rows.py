@@ -2,7 +2,8 @@
 
 Columns, in order: ``run`` (the label: what differs, ``compare_labels``), ``name`` (MLflow's run name), ``id``,
 ``experiment``, ``stage``, ``status``, ``start`` (UTC, ISO 8601), ``duration (s)``, ``data`` / ``data digest`` /
-``data inputs`` (``compare_data``), ``fit run id`` (an evaluation run's training run), one column per differing
+``data inputs`` (``compare_data``), ``fit run id`` (an evaluation run's training run), ``resumed from`` (a branch:
+``<run id> @ step <step>``, the run and step an older checkpoint resumed it from), one column per differing
 param under its full name (``params.model.init_args.lr``, as in MLflow's search syntax), then ``metric`` (the name
 the run logged it under: ``test/acc`` for a test run of a ``val/acc`` table), ``best``, ``last``, ``best step`` and
 ``best epoch``.
@@ -21,6 +22,9 @@ from recipes.compare_data import data_digest, data_inputs_text, data_marks, data
 from recipes.compare_labels import differing_params, run_labels
 from recipes.compare_metric import metric_of_run, summarize_history
 from recipes.compare_runs import FIT_RUN_TAG, run_stage
+
+RESUMED_FROM_TAG = "loopwise.resumed_from_run"  # the names run_continuity writes (not imported: compare needs no
+RESUMED_FROM_STEP_TAG = "loopwise.resumed_from_step"  # Lightning callback to read a table)
 
 EVALUATION_STAGES = ("validate", "test", "predict")
 
@@ -71,6 +75,13 @@ def epoch_at(client: Any, run_id: str, step: int | None) -> int | None:
     return int(at[-1]) + 1 if at else None
 
 
+def resumed_from(run: Any) -> str:
+    """``<run id> @ step <step>`` for a branch (a run resumed from an older checkpoint of another run), else ``""``."""
+    tags = run.data.tags
+    source = tags.get(RESUMED_FROM_TAG, "")
+    return f"{source} @ step {tags.get(RESUMED_FROM_STEP_TAG, '?')}" if source else ""
+
+
 def build_table(client: Any, runs: list[Any], metric: str, experiment: str, left_out: int = 0) -> RunsTable:
     """The rows of ``runs`` (one experiment), their labels, data marks and ``metric``'s summary."""
     stages = [run_stage(run) for run in runs]
@@ -99,6 +110,7 @@ def build_table(client: Any, runs: list[Any], metric: str, experiment: str, left
             "data digest": data_digest(record),
             "data inputs": data_inputs_text(record),
             "fit run id": run.data.tags.get(FIT_RUN_TAG, ""),
+            "resumed from": resumed_from(run),
         }
         row.update({f"params.{key}": run.data.params.get(key) for key in params})
         best_epoch = None if stage in EVALUATION_STAGES else epoch_at(client, run_id, summary["best_step"])
@@ -108,4 +120,4 @@ def build_table(client: Any, runs: list[Any], metric: str, experiment: str, left
     return RunsTable(experiment, metric, rows, list(runs), params, named, histories, data_summary(records), left_out)
 
 
-__all__ = ["RunsTable", "build_table", "duration_s", "epoch_at", "iso_time"]
+__all__ = ["RunsTable", "build_table", "duration_s", "epoch_at", "iso_time", "resumed_from"]

@@ -8,6 +8,16 @@
   built. On a continued run, curated params whose value changed (e.g. ``max_epochs`` raised to train longer) cannot
   be logged again (MLflow refuses a changed param): the new value is kept as the tag ``loopwise.resumed.<param>``
   (``TrackedRun.log_params_once``) and the param keeps the value of the first start.
+* A resume from a checkpoint older than the run's newest one (``--ckpt_path`` of an earlier epoch's copy, or the
+  run's ``best.ckpt`` when training went on after it) is a new branch of the record, not a continuation: MLflow
+  cannot delete the metric points the run logged after that step, so continuing the run would either mix the two
+  trajectories or drop the retrained values. The branch is a new run tagged ``loopwise.resumed_from_run`` (the old
+  run) and ``loopwise.resumed_from_step`` (the checkpoint's step); ``RunContinuity`` copies the old run's metric
+  history before that step into it, so the new run is the whole trajectory it trained. Every checkpoint's stamp
+  carries its ``step``, and the run its newest checkpoint's step (tag ``loopwise.checkpoint_step``), to tell them
+  apart.
+* A run continued or branched from another experiment's checkpoint stays in that run's experiment (and so its
+  checkpoint folder, ``<checkpoints_dir>/<that experiment>/<run id>/``).
 """
 
 from __future__ import annotations
@@ -18,22 +28,36 @@ from typing import Any
 import lightning.pytorch as pl
 from jsonargparse import Namespace
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lightning_modules.compat import mlflow_logger_experiment_name
 from recipes.checkpoint_files import STAMP_KEY
 from recipes.run_lock import lock_fit_run
+from recipes.recreated_runs import current_run_id
 from recipes.tracked_run import tracked_run
+
+RESUMED_FROM_TAG = "loopwise.resumed_from_run"
+RESUMED_FROM_STEP_TAG = "loopwise.resumed_from_step"
+CHECKPOINT_STEP_TAG = "loopwise.checkpoint_step"
 
 
 class RunContinuity(Callback):
-    """Stamp every checkpoint with its MLflow run; tag a continued run with the global step it resumed at."""
+    """Stamp every checkpoint with its MLflow run and step; tag a continued run with the global step it resumed at;
+    give a branch (a new run resumed from an older checkpoint of another run) that run's history before its step."""
+
+    def __init__(self) -> None:
+        self.tagged_step: int | None = None  # the step last written as the run's loopwise.checkpoint_step
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         lock_fit_run(trainer)  # one process at a time trains the run: a resume of it is refused from now on
         run = tracked_run(trainer)
-        if run is None or not trainer.is_global_zero or not getattr(run.logger, "resumed", False):
+        if run is None or not trainer.is_global_zero:
             return
-        run.set_tag("loopwise.resumed_at_step", trainer.global_step)
+        tags = getattr(run.logger, "tags", None) or {}
+        if tags.get(RESUMED_FROM_TAG) and tags.get(RESUMED_FROM_STEP_TAG, "").isdigit():
+            copy_history(run, tags[RESUMED_FROM_TAG], int(tags[RESUMED_FROM_STEP_TAG]))
+        if getattr(run.logger, "resumed", False):
+            run.set_tag("loopwise.resumed_at_step", trainer.global_step)
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
@@ -44,34 +68,70 @@ class RunContinuity(Callback):
         checkpoint[STAMP_KEY] = {
             "mlflow_run_id": str(run.run_id),
             "experiment": mlflow_logger_experiment_name(run.logger),
+            "step": str(trainer.global_step),
         }
+        if trainer.is_global_zero and self.tagged_step != trainer.global_step:
+            self.tagged_step = trainer.global_step  # best and last are saved at the same step: one write
+            run.set_tag(CHECKPOINT_STEP_TAG, trainer.global_step)
         # before the file exists, every metric logged so far is in the store: a hard kill after this save loses
         # nothing up to the checkpoint that a resume restarts from (MLflow's async queue waits up to 5 s otherwise)
         run.flush_metrics()
 
 
+def copy_history(run: Any, source_run_id: str, before_step: int) -> None:
+    """Log into ``run`` (a ``TrackedRun``) every metric value that run ``source_run_id`` logged before
+    ``before_step``, at its step, through the run's logger (so its journal holds them too)."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    client = MlflowClient(run.tracking_uri)
+    by_step: dict[int, dict[str, float]] = {}
+    for key in client.get_run(source_run_id).data.metrics:
+        for metric in client.get_metric_history(source_run_id, key):
+            if metric.step < before_step:
+                by_step.setdefault(metric.step, {})[key] = metric.value
+    for step in sorted(by_step):
+        run.logger.log_metrics(by_step[step], step)
+
+
 def continue_stamped_run(logger_config: Namespace, stamp: dict[str, str], ckpt_path: str, tracking_uri: str) -> None:
     """``fit --ckpt_path``: attach the ``RecipeLogger`` config ``logger_config`` to the MLflow run stamped in the
-    checkpoint (its ``init_args.run_id``).
+    checkpoint (its ``init_args.run_id``), in that run's experiment.
 
     Nothing happens when the checkpoint has no stamp, a run id was given explicitly, or the run is not in this
-    tracking store (then a new run starts, with a warning).
+    tracking store (then a new run starts, with a warning). A run ``recipes sync`` recreated under a new id is found
+    by its old one. A checkpoint older than the run's newest one starts a new run linked to it (module docstring).
     """
     if logger_config.get("init_args", Namespace()).get("run_id"):
         return
     run_id = stamp.get("mlflow_run_id")
     if not run_id:
         return
-    from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
-    try:
-        MlflowClient(tracking_uri).get_run(run_id)
-    except MlflowException:
+    client = MlflowClient(tracking_uri)
+    found = current_run_id(client, run_id)
+    if found is None:
         warnings.warn(
             f"checkpoint {ckpt_path} belongs to MLflow run {run_id}, which is not in {tracking_uri}: "
             "training continues in a new run",
             stacklevel=2,
         )
         return
-    logger_config["init_args.run_id"] = run_id
+    run = client.get_run(found)
+    experiment = client.get_experiment(run.info.experiment_id)
+    if experiment is not None:
+        logger_config["init_args.experiment_name"] = experiment.name
+    step, newest = stamp.get("step", ""), run.data.tags.get(CHECKPOINT_STEP_TAG, "")
+    if step.isdigit() and newest.isdigit() and int(step) < int(newest):
+        tags = dict(logger_config.get("init_args.tags") or {})
+        tags.update({RESUMED_FROM_TAG: found, RESUMED_FROM_STEP_TAG: step})
+        logger_config["init_args.tags"] = tags
+        if rank_zero_only.rank == 0:
+            print(
+                f"recipes: {ckpt_path} is from step {step} of run {found}, which went on to step {newest}: "
+                f"training continues in a new run linked to it ({RESUMED_FROM_TAG}), whose history before step "
+                f"{step} is the old run's",
+                flush=True,
+            )
+        return
+    logger_config["init_args.run_id"] = found

@@ -73,8 +73,12 @@ class TrackedRun:
         self._write(lambda: self.logger.experiment.set_tag(self.logger.run_id, key, str(value)))
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        """Write ``text`` as the run artifact ``artifact_file``."""
+        """Write ``text`` as the run artifact ``artifact_file`` (also kept in the run's journal, when it has one:
+        ``recipes sync`` logs it into a run the store recreated)."""
         self._write(lambda: self.logger.experiment.log_text(self.logger.run_id, text, artifact_file))
+        record = getattr(self.logger, "record", None)
+        if callable(record):
+            record("text", name=artifact_file, text=text)
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         """Write a matplotlib figure as the run artifact ``artifact_file`` (a PNG name)."""

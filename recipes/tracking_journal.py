@@ -8,6 +8,11 @@ goes on with one warning, and the journal still holds everything. ``replay`` wri
 checkpoints folder, and a resumed fit replays its run's journal before it continues. Replaying twice changes nothing.
 MLflow's asynchronous logging reports each refused write with a traceback; ``watch_store_failures`` turns them into
 the logger's one warning.
+
+Each process that writes a run (each attempt: the first start, every resume) opens its part of the journal with a
+"start" entry (time, host, process id). The status of the last attempt decides the run's status on a replay: an
+attempt with no "status" entry after its start never ended (a kill -9, a power loss), and unless its process still
+runs on this host the run is ended KILLED, never FINISHED by an earlier attempt's status.
 """
 
 from __future__ import annotations
@@ -15,14 +20,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipes.abandoned_runs import ABANDONED_TAG, process_exists
+from recipes.recreated_runs import REPLAYED_FROM_TAG, restore_recreated_run
+
 JOURNAL_NAME = "tracking-journal.jsonl"
-REPLAYED_FROM_TAG = "loopwise.replayed_from_run"
+ATTEMPT_UNENDED = (
+    "the attempt that started at {start} (process {pid} on {host}) ended without closing the run (kill -9, out of "
+    "memory, power loss); marked KILLED by a replay of its journal. `--ckpt_path last` resumes it from its last "
+    "checkpoint, if any."
+)
 
 
 class TrackingJournal:
@@ -37,11 +50,14 @@ class TrackingJournal:
         self._handle: Any = None
 
     def record(self, kind: str, **data: Any) -> None:
-        """Append one entry: ``kind`` is "metrics" (``step``, ``time`` in ms, ``values``), "params", "tags" or
-        "status"."""
+        """Append one entry: ``kind`` is "metrics" (``step``, ``time`` in ms, ``values``), "params", "tags",
+        "text" (``name``, ``text``: a text artifact such as ``config.yaml``) or "status". The first entry this
+        process writes is preceded by a "start" entry (``time``, ``host``, ``pid``): one per attempt."""
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+            start = {"time": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()}
+            self._handle.write(json.dumps({"kind": "start", **start}) + "\n")
         self._handle.write(json.dumps({"kind": kind, **data}, default=str) + "\n")
         self._handle.flush()
 
@@ -76,14 +92,20 @@ class ReplaySummary:
     params: int = 0
     tags: int = 0
     status: str | None = None
+    texts: int = 0
 
     def describe(self) -> str:
         status = f", status {self.status}" if self.status else ""
-        return f"run {self.run_id}: {self.metric_values} metric value(s), {self.params} param(s), {self.tags} tag(s){status}"
+        texts = f", {self.texts} text artifact(s)" if self.texts else ""
+        return (
+            f"run {self.run_id}: {self.metric_values} metric value(s), {self.params} param(s), {self.tags} tag(s)"
+            f"{texts}{status}"
+        )
 
 
-def replay(entries: list[dict[str, Any]], client: Any, run_id: str) -> ReplaySummary:
-    """Write into run ``run_id`` what the journal ``entries`` hold and the store does not."""
+def replay(entries: list[dict[str, Any]], client: Any, run_id: str, origin: str | None = None) -> ReplaySummary:
+    """Write into run ``run_id`` what the journal ``entries`` hold and the store does not. ``origin``: the id the
+    journal's run had when the run was recreated under ``run_id`` (tag values naming it name ``run_id`` instead)."""
     from mlflow.entities import Metric  # noqa: PLC0415
 
     summary = ReplaySummary(run_id)
@@ -91,10 +113,17 @@ def replay(entries: list[dict[str, Any]], client: Any, run_id: str) -> ReplaySum
     held_params, held_tags = dict(run.data.params), dict(run.data.tags)
     steps: dict[str, set[int]] = {}
     missing: list[Any] = []
-    status = None
+    status: dict[str, Any] | None = None
+    attempt: dict[str, Any] | None = None  # the "start" entry of the last attempt, if the journal records them
+    texts: dict[str, str] = {}
+    tags: dict[str, str] = {}
     for entry in entries:
         kind = entry.get("kind")
-        if kind == "metrics":
+        if kind == "start":
+            attempt, status = entry, None  # only a status written after the last start ends the run
+        elif kind == "text":
+            texts[str(entry.get("name"))] = str(entry.get("text", ""))
+        elif kind == "metrics":
             for key, value in entry.get("values", {}).items():
                 if key not in steps:
                     steps[key] = {m.step for m in client.get_metric_history(run_id, key)} if key in run.data.metrics else set()
@@ -108,21 +137,53 @@ def replay(entries: list[dict[str, Any]], client: Any, run_id: str) -> ReplaySum
                     client.log_param(run_id, key, value)
                     held_params[key] = str(value)
                     summary.params += 1
-        elif kind == "tags":
+        elif kind == "tags":  # the last value of each tag is the run's (loopwise.checkpoint_step changes)
             for key, value in entry.get("values", {}).items():
-                if held_tags.get(key) != str(value):
-                    client.set_tag(run_id, key, str(value))
-                    held_tags[key] = str(value)
-                    summary.tags += 1
+                tags[key] = str(value).replace(origin, run_id) if origin else str(value)
         elif kind == "status":
             status = entry
+    for key, value in tags.items():
+        if held_tags.get(key) != value:
+            client.set_tag(run_id, key, value)
+            held_tags[key] = value
+            summary.tags += 1
     for start in range(0, len(missing), 1000):
         client.log_batch(run_id, metrics=missing[start : start + 1000], synchronous=True)
     summary.metric_values = len(missing)
+    summary.texts = replay_texts(texts, client, run_id)
+    if status is None and attempt is not None and not attempt_alive(attempt):
+        status = {"status": "KILLED", "time": max(int(e.get("time") or 0) for e in entries)}
+        start = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(attempt.get("time") or 0) / 1000))
+        reason = ATTEMPT_UNENDED.format(start=start, pid=attempt.get("pid"), host=attempt.get("host"))
+        if held_tags.get(ABANDONED_TAG) != reason:
+            client.set_tag(run_id, ABANDONED_TAG, reason)
+            summary.tags += 1
     if status is not None and client.get_run(run_id).info.status != status.get("status"):
         client.set_terminated(run_id, status.get("status"), int(status.get("time") or time.time() * 1000))
         summary.status = status.get("status")
     return summary
+
+
+def attempt_alive(attempt: dict[str, Any]) -> bool:
+    """Whether the process of an attempt's "start" entry still runs (on this host; another host's is taken as
+    running: it cannot be checked from here, and leaving a run RUNNING is the safe mistake)."""
+    if attempt.get("host") != socket.gethostname():
+        return True
+    pid = int(attempt.get("pid") or 0)
+    return pid == os.getpid() or process_exists(pid)
+
+
+def replay_texts(texts: dict[str, str], client: Any, run_id: str) -> int:
+    """Log the journal's text artifacts (``config.yaml``) that run ``run_id`` lacks; how many were logged."""
+    if not texts:
+        return 0
+    held = {a.path for a in client.list_artifacts(run_id)}
+    logged = 0
+    for name, text in texts.items():
+        if name not in held:
+            client.log_text(run_id, text, name)
+            logged += 1
+    return logged
 
 
 def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
@@ -135,9 +196,13 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
     from recipes.checkpoint_upload import upload_missing_checkpoints  # noqa: PLC0415
 
     client = MlflowClient(tracking_uri)
-    lines = []
+    lines, seen = [], set()
     for path in sorted(checkpoints_dir.glob(f"*/*/{JOURNAL_NAME}")):
-        run_id, experiment = path.parent.name, path.parent.parent.name
+        folder = path.parent.resolve()  # a recreated run's new id is a link to its old id's folder: replayed once
+        if folder in seen:
+            continue
+        seen.add(folder)
+        run_id, experiment = folder.name, path.parent.parent.name
         entries = read_journal(path)
         try:
             client.get_run(run_id)
@@ -151,8 +216,10 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
                 if earlier
                 else client.create_run(experiment_id, tags={REPLAYED_FROM_TAG: run_id}).info.run_id
             )
-        line = replay(entries, client, target).describe() + (f" (recreated from {run_id})" if target != run_id else "")
-        uploaded = upload_missing_checkpoints(path.parent, client, target)  # the uploads a store outage made fail
+        line = replay(entries, client, target, run_id if target != run_id else None).describe()
+        uploaded = upload_missing_checkpoints(folder, client, target)  # the uploads a store outage made fail
+        if target != run_id:  # after the checkpoints: the run's other local files, the link from the new id
+            line += f" (recreated from {run_id}; {restore_recreated_run(client, tracking_uri, folder, target)})"
         lines.append(line + (f", uploaded {', '.join(uploaded)}" if uploaded else ""))
     return lines
 

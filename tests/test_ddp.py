@@ -123,7 +123,8 @@ def test_spiral_on_two_processes_is_one_run_with_world_size_arithmetic(spiral_dd
     assert [d.name for d in run_dirs] == [run_id]
     assert sorted(f.name for f in run_dirs[0].iterdir()) == ["best.ckpt", "last.ckpt", "tracking-journal.jsonl"]
     for name in ("best.ckpt", "last.ckpt"):
-        assert read_run_stamp(run_dirs[0] / name) == {"mlflow_run_id": run_id, "experiment": "spiral_mlp"}
+        stamp = read_run_stamp(run_dirs[0] / name)
+        assert (stamp["mlflow_run_id"], stamp["experiment"]) == (run_id, "spiral_mlp")
     last = torch.load(run_dirs[0] / "last.ckpt", weights_only=True)
     assert (last["epoch"], last["global_step"]) == (SPIRAL_EPOCHS - 1, SPIRAL_EPOCHS * 11)
 

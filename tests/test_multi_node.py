@@ -70,7 +70,7 @@ def test_two_nodes_make_one_run_counted_over_the_world_and_resume_together(tmp_p
     run_dirs = list((tmp_path / "checkpoints" / "spiral_mlp").iterdir())
     assert [d.name for d in run_dirs] == [run_id]
     last = run_dirs[0] / "last.ckpt"
-    assert read_run_stamp(last) == {"mlflow_run_id": run_id, "experiment": "spiral_mlp"}
+    assert read_run_stamp(last) == {"mlflow_run_id": run_id, "experiment": "spiral_mlp", "step": "11"}
     assert torch.load(last, weights_only=True)["global_step"] == 11
 
     # both nodes resume from last.ckpt: the same run goes on for a second epoch

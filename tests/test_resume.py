@@ -71,7 +71,7 @@ def test_checkpoints_carry_the_run_id_and_fit_resume_continues_that_run(store):
     run_id = first.info.run_id
     last = run_dir(store, run_id) / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
-    assert ckpt["loopwise"] == {"mlflow_run_id": run_id, "experiment": "spiral_mlp"}
+    assert ckpt["loopwise"] == {"mlflow_run_id": run_id, "experiment": "spiral_mlp", "step": "3"}
     assert read_run_stamp(run_dir(store, run_id) / "best.ckpt")["mlflow_run_id"] == run_id
 
     fit("--trainer.max_epochs", "2", "--ckpt_path", "last")  # the newest last.ckpt: this test's

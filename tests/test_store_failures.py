@@ -87,7 +87,7 @@ def test_replay_writes_only_what_the_store_lacks(tmp_path):
     again = replay(read_journal(tmp_path / JOURNAL_NAME), client, run_id)
     assert (again.metric_values, again.params, again.status) == (0, 0, None)
     (tmp_path / JOURNAL_NAME).write_text((tmp_path / JOURNAL_NAME).read_text() + '{"kind": "metr')  # a cut last line
-    assert len(read_journal(tmp_path / JOURNAL_NAME)) == 6
+    assert len(read_journal(tmp_path / JOURNAL_NAME)) == 7  # the "start" entry, 6 records
 
 
 READ_ONLY_METHODS = ("log_batch", "set_tag", "log_param", "update_run_info", "set_terminated")
