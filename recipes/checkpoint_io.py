@@ -9,13 +9,17 @@ a full disk during the copy leaves a truncated ``last.ckpt``; a hard kill before
 
 ``AtomicCheckpointIO`` writes the new checkpoint to a hidden temporary file next to the target (same directory,
 hence same file system), fsyncs it, ``os.replace``s it over the target (atomic on POSIX and Windows) and fsyncs the
-directory. Any failure removes the temporary file and leaves the previous checkpoint as it was. Remote paths
+directory. Any failure removes the temporary file and leaves the previous checkpoint as it was; a full disk is
+a ``CheckpointDiskFull`` whose message is one line (where, how much is free and needed, what to do). Remote paths
 (``s3://``, ...) go to Lightning's own implementation.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -44,13 +48,76 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
             os.fsync(handle.fileno())
         os.chmod(temp_name, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the mode a plain open would
         os.replace(temp_name, target)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(temp_name)
         except FileNotFoundError:
             pass
+        if isinstance(err, (OSError, RuntimeError)):
+            full = disk_full_error(err, obj, target)
+            if full is not None:
+                raise full from err
         raise
     _fsync_directory(target.parent)
+
+
+class CheckpointDiskFull(OSError):
+    """No room left on the disk (or the quota) while a checkpoint was written; the previous file is intact."""
+
+
+def _serialized_size(obj: Any) -> int | None:
+    """How many bytes ``torch.save(obj)`` writes, counted without keeping them; ``None`` if it cannot be counted."""
+
+    class Counter(io.RawIOBase):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: Any) -> int:
+            size = memoryview(data).nbytes
+            self.count += size
+            return size
+
+    counter = Counter()
+    try:
+        torch.save(obj, counter)
+    except Exception:  # noqa: BLE001  (only an estimate for the message)
+        return None
+    return counter.count
+
+
+def disk_full_error(err: BaseException, obj: Any, target: Path) -> CheckpointDiskFull | None:
+    """A one-line ``CheckpointDiskFull`` when ``err`` means the disk is full: ``ENOSPC``/``EDQUOT``, or torch's
+    zip writer failing (``RuntimeError``: "unexpected pos", "file write failed") with less room free than the
+    checkpoint needs; ``None`` otherwise."""
+    codes = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    chained = [e for e in (err, err.__cause__, err.__context__) if isinstance(e, OSError)]
+    by_errno = any(e.errno in codes for e in chained)
+    torch_write = isinstance(err, RuntimeError) and ("unexpected pos" in str(err) or "write failed" in str(err))
+    if not (by_errno or torch_write):
+        return None
+    free = shutil.disk_usage(target.parent).free
+    needed = _serialized_size(obj)
+    if not by_errno and (needed is None or free >= needed):
+        return None  # torch failed to write for another reason: its own error says which
+    need = f"; the checkpoint needs {_size(needed)}" if needed is not None else ""
+    kept = (
+        f"then resume with --ckpt_path last; the previous {target.name} is kept intact"
+        if target.exists()
+        else f"then run again (no {target.name} was written)"
+    )
+    return CheckpointDiskFull(
+        f"the disk is full at {target.parent} ({os.strerror(errno.ENOSPC)}) while writing {target.name} "
+        f"({_size(free)} free{need}): free some "
+        f"space there or point --checkpoints_dir at a disk with room, {kept}"
+    )
+
+
+def _size(count: int) -> str:
+    """``count`` bytes for a person: MB from 1 MB up, bytes below."""
+    return f"{count / 1e6:,.1f} MB" if count >= 1e6 else f"{count:,} bytes"
 
 
 _UMASK: int | None = None
@@ -115,4 +182,10 @@ def with_atomic_checkpoint_io(plugins: Any, strategy: Any) -> list[Any] | None:
     return [*plugins, AtomicCheckpointIO()]
 
 
-__all__ = ["AtomicCheckpointIO", "atomic_torch_save", "with_atomic_checkpoint_io"]
+__all__ = [
+    "AtomicCheckpointIO",
+    "CheckpointDiskFull",
+    "atomic_torch_save",
+    "disk_full_error",
+    "with_atomic_checkpoint_io",
+]

@@ -28,7 +28,7 @@ import lightning_modules  # noqa: F401  (registers the tasks for short class nam
 from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook
 from recipes.callbacks import LoopDoctor
 from recipes.checkpoint_files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
-from recipes.checkpoint_io import with_atomic_checkpoint_io
+from recipes.checkpoint_io import CheckpointDiskFull, with_atomic_checkpoint_io
 from recipes.checkpoint_locations import resolve_checkpoint
 from recipes.data_sizes import DataSizeError, DataSizes, data_size_error
 from recipes.device_settings import DeviceSettingError, apply_device_settings
@@ -347,6 +347,9 @@ def main(args: list[str] | None = None) -> None:
     except RecipeInputError as err:
         print(f"recipes: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except CheckpointDiskFull as full:  # the run is marked FAILED by Lightning; the previous checkpoint is intact
+        print(f"recipes: error: {full}", file=sys.stderr)
+        raise SystemExit(1) from None
     except EvaluationStopped as stop:
         print(stop.describe(), file=sys.stderr)
         raise SystemExit(stop.code) from None

@@ -6,6 +6,7 @@ checkpoint, a full disk while a checkpoint is written)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +193,68 @@ def test_a_zip_that_is_no_torch_file_is_not_called_truncated(tmp_path):
         archive.writestr("readme.txt", "hello " * 100)
     with pytest.raises(CheckpointError, match="not a PyTorch checkpoint file"):
         load_checkpoint_weights_only(other)
+
+
+def fail_on_files(real_save, error: BaseException):
+    """``torch.save`` that writes half the checkpoint to a real file and raises ``error`` (a full disk), and saves
+    normally to anything else (the size count)."""
+
+    def save(obj, f, *args, **kwargs):
+        import io
+
+        try:
+            f.fileno()
+        except (AttributeError, io.UnsupportedOperation):
+            return real_save(obj, f, *args, **kwargs)
+
+        buffer = io.BytesIO()
+        real_save(obj, buffer)
+        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        raise error
+
+    return save
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OSError(28, "No space left on device"),
+     RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4096 vs 3987")],
+    ids=["ENOSPC", "torch_unexpected_pos"],
+)
+def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_previous(tmp_path, monkeypatch, error):
+    import shutil
+
+    import torch
+
+    from recipes.checkpoint_io import AtomicCheckpointIO, CheckpointDiskFull
+
+    target = tmp_path / "run" / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(10)}, "global_step": 1}, target)
+    before = target.read_bytes()
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(torch, "save", fail_on_files(torch.save, error))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=123_456))
+    with pytest.raises(CheckpointDiskFull) as err:
+        AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.zeros(100_000)}, "global_step": 2}, target)
+    message = str(err.value)
+    needs = re.search(r"the checkpoint needs ([\d,]+) bytes", message)[1]
+    needed = len(before) - 10 * 4 + 100_000 * 4  # the same checkpoint with 100,000 floats instead of 10
+    assert abs(int(needs.replace(",", "")) - needed) < 1024
+    assert message == (f"the disk is full at {target.parent} (No space left on device) while writing last.ckpt "
+                       f"(123,456 bytes free; the checkpoint needs {needs} bytes): free some space there or point "
+                       "--checkpoints_dir at a disk with room, then resume with --ckpt_path last; the previous "
+                       "last.ckpt is kept intact")
+    assert "\n" not in message and target.read_bytes() == before
+    assert sorted(p.name for p in target.parent.iterdir()) == ["last.ckpt"]
+
+
+def test_a_torch_write_error_with_room_on_the_disk_is_not_called_disk_full(tmp_path, monkeypatch):
+    import torch
+
+    from recipes.checkpoint_io import AtomicCheckpointIO, CheckpointDiskFull
+
+    target = tmp_path / "last.ckpt"
+    monkeypatch.setattr(torch, "save", fail_on_files(torch.save, RuntimeError("unexpected pos 10 vs 5")))
+    with pytest.raises(RuntimeError, match="unexpected pos") as err:
+        AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(10)}, target)
+    assert not isinstance(err.value, CheckpointDiskFull) and not target.exists()
