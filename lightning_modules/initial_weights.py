@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import fnmatch
 import pickle
+import sys
 import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Required, TypedDict
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    from typing import Required, TypedDict
+else:  # Required came in 3.11; torch depends on typing_extensions
+    from typing_extensions import Required, TypedDict
 
 import torch
 from torch import Tensor, nn
