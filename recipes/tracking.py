@@ -30,6 +30,7 @@ from recipes.tracking_failures import (  # noqa: F401  (fast_http_failures, shor
     short_reason,
     store_failure_message,
     warn_store_failure,
+    watch_monitor_failures,
 )
 from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay, watch_store_failures
 
@@ -150,6 +151,7 @@ class RecipeLogger(MLFlowLogger):
         self._queued_since_flush = False  # a metric batch went to MLflow's asynchronous queue since the last flush
         self.synchronous = synchronous  # every call written before it returns: nothing held back
         watch_store_failures(self)
+        watch_monitor_failures(self)
 
     @property
     def experiment_name(self) -> str:

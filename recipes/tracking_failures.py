@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -126,6 +128,34 @@ def warn_store_failure(message: str) -> None:
     warnings.warn(message, TrackingStoreWarning, stacklevel=3)
 
 
+class MonitorFailureFilter(logging.Filter):
+    """MLflow's system metrics monitor warns (its own line, at WARNING) when it cannot reach the run, then stops: while
+    a ``RecipeLogger`` keeps a journal (a recipe fit runs), that warning is the logger's one store warning instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner: Any = None  # a weak reference to the RecipeLogger of the current run
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        owner = self.owner() if self.owner is not None else None
+        if owner is None or record.levelno < logging.WARNING or not owner.keeps_journal():
+            return True
+        owner.store_failed(record.getMessage())
+        return False
+
+
+MONITOR_FAILURES = MonitorFailureFilter()
+MONITOR_LOGGER = "mlflow.system_metrics.system_metrics_monitor"
+
+
+def watch_monitor_failures(owner: Any) -> None:
+    """Route the system metrics monitor's warnings to ``owner.store_failed`` while ``owner`` keeps a journal."""
+    MONITOR_FAILURES.owner = weakref.ref(owner)
+    monitor_logger = logging.getLogger(MONITOR_LOGGER)
+    if MONITOR_FAILURES not in monitor_logger.filters:
+        monitor_logger.addFilter(MONITOR_FAILURES)
+
+
 __all__ = [
     "BOUNDED_HTTP_SETTINGS",
     "TrackingStoreWarning",
@@ -137,4 +167,5 @@ __all__ = [
     "short_reason",
     "store_failure_message",
     "warn_store_failure",
+    "watch_monitor_failures",
 ]

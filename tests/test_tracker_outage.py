@@ -125,6 +125,7 @@ def test_a_server_killed_mid_run_never_blocks_the_fit_and_sync_brings_its_checkp
     line = lines[0]
     assert line.startswith("recipes: warning: the tracking store") and "Connection refused" in line
     assert "UserWarning" not in err and "Traceback" not in err and ".py:" not in line  # no file-path prefix
+    assert [x for x in err.splitlines() if "warning" in x.lower() or "error" in x.lower()] == [line]  # MLflow's too
     assert "recipes sync" in out
     (folder,) = [p.parent for p in (workdir / "checkpoints" / "spiral_mlp").glob("*/tracking-journal.jsonl")]
     run_id = folder.name
