@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.base import BaseDataModule
+from datamodules.csv_reading import not_utf8_message
 from datamodules.hf_tokenizer import HFTokenizer
 from datamodules.tensor_dataset import keep_batch
 from datamodules.tokenizers import UNK, Vocabulary
@@ -99,7 +100,7 @@ def read_prompts(path: str | Path) -> tuple[list[str], list[int]]:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             text = handle.read()
     except UnicodeDecodeError as err:
-        raise ValueError(f"prompt file {str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+        raise ValueError(f"prompt file {not_utf8_message(path, err)}") from None
     prompts, lines = [], []
     for number, line in enumerate(text.split("\n")):
         line = line[:-1] if line.endswith("\r") else line
@@ -256,9 +257,7 @@ class CharLMDataModule(BaseDataModule):
             with path.open(encoding="utf-8", newline="") as handle:
                 return handle.read()
         except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{name}: {str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason}); convert it to UTF-8"
-            ) from None
+            raise ValueError(f"{name}: {not_utf8_message(path, err)}") from None
 
     def encode_tensor(self, text: str) -> Tensor:
         """``encode(text)`` as a 1-D LongTensor, vectorized over code points (fast for large files)."""

@@ -1,5 +1,5 @@
-"""Reading CSV text with Python's ``csv`` module: fields of any length, and a file that is not UTF-8 named by its
-line and byte with what to do."""
+"""Reading CSV text with Python's ``csv`` module: fields of any length; and a CSV or text file that is not UTF-8
+named by its line and byte with what to do (the tabular, text and character data modules)."""
 
 from __future__ import annotations
 

@@ -188,7 +188,7 @@ def test_bad_files_fail_at_setup_and_are_left_unchanged(tmp_path):
     assert short.read_text() == "x" * 100
     latin = tmp_path / "latin.txt"
     latin.write_bytes("café ".encode("latin-1") * 100)
-    with pytest.raises(ValueError, match=r"is not UTF-8 text \(byte 3"):
+    with pytest.raises(ValueError, match=r"is not UTF-8 text: line 1, byte 3 is 0xe9 .*save the file as UTF-8"):
         CharLMDataModule(str(latin), block_size=8).setup("fit")
     assert latin.read_bytes() == "café ".encode("latin-1") * 100
     with pytest.raises(ValueError, match="at least block_size"):  # the size is read from the file when asked
