@@ -84,7 +84,8 @@ def test_checkpoints_carry_the_run_id_and_fit_resume_continues_that_run(store):
     assert run.data.tags["loopwise.resumed_at_step"] == "3"
     assert run.data.tags["loopwise.ckpt_path"] == str(last.resolve())
     assert steps(store, run_id, "val/acc") == [2, 5]  # monotonic, continuing at the restored global step
-    assert sorted(p.name for p in run_dir(store, run_id).iterdir()) == ["best.ckpt", "last.ckpt", "tracking-journal.jsonl"]
+    assert sorted(p.name for p in run_dir(store, run_id).iterdir()) == [
+        "best.ckpt", "checkpoint-uploads.json", "last.ckpt", "tracking-journal.jsonl"]  # fmt: skip
     assert torch.load(last, weights_only=True)["global_step"] == 6
 
 
