@@ -302,3 +302,9 @@ def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrup
     a, b = last_of(tmp_path, "tabular_mlp", straight.info.run_id), last_of(tmp_path, "tabular_mlp", stopped.info.run_id)
     assert (a["epoch"], a["global_step"]) == (1, 12)
     assert_same_training_state(a, b)
+    # the resumed epoch's train metrics add both processes' batches before the stop (summed into rank 0's checkpoint)
+    from tests.test_exact_resume_tabular import logged_values
+
+    logged = logged_values(tmp_path, stopped.info.run_id)
+    assert logged["train/acc"] == logged_values(tmp_path, straight.info.run_id)["train/acc"]
+    assert logged == logged_values(tmp_path, straight.info.run_id)
