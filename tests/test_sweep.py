@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -169,9 +170,14 @@ def test_ctrl_c_ends_the_trial_and_the_sweep_and_the_same_command_continues(work
     assert "run the command again to continue the study" in capsys.readouterr().err
     [interrupted] = study_of(workdir).trials
     assert interrupted.state == TrialState.FAIL and interrupted.user_attrs["interrupted"] is True
+    [parent] = runs_of(workdir, "spiral_mlp")
+    assert parent.info.status == "KILLED"  # the sweep closes its parent run (it stayed RUNNING)
+    assert parent.data.tags[f"loopwise.worker/{socket.gethostname()}/{os.getpid()}"] == "ended"
     monkeypatch.setattr(runner, "run_trial", real)
     assert sweep("--n_trials", "1", "--trainer.max_epochs", "1") == 0  # an interrupted trial does not use the budget
     assert [t.state for t in study_of(workdir).trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    [parent] = [r for r in runs_of(workdir, "spiral_mlp") if r.data.tags["loopwise.stage"] == "sweep"]
+    assert parent.info.status == "FINISHED"
 
 
 @pytest.mark.slow

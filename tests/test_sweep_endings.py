@@ -83,3 +83,34 @@ def test_sigterm_ends_the_sweep_with_143_and_closes_its_trial_and_parent_runs(wo
     assert (parent.info.status, trial.info.status) == ("KILLED", "KILLED")
     [interrupted] = study_of(workdir).trials
     assert interrupted.state == TrialState.FAIL and interrupted.user_attrs["interrupted"] is True
+
+
+@pytest.mark.parametrize(
+    ("workers", "closed"),
+    [({"otherhost/12": "running"}, False), ("alive", False), ("dead", True), ({"HOST/1": "ended"}, True)],
+    ids=["worker_of_another_host", "live_worker", "dead_worker", "every_worker_ended"],
+)
+def test_a_parent_run_is_closed_only_when_none_of_its_workers_may_still_work(workdir, workers, closed):
+    import socket
+
+    from recipes.abandoned_runs import WORKER_TAG_PREFIX
+    from tests.conftest import mlflow_client
+
+    host = socket.gethostname()
+    if workers in ("alive", "dead"):
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        if workers == "dead":
+            process.kill()
+            process.wait()
+        workers = {f"{host}/{process.pid}": "running"}
+    client = mlflow_client(workdir)
+    experiment = client.create_experiment("spiral_mlp")
+    tags = {f"{WORKER_TAG_PREFIX}{key.replace('HOST', host)}": value for key, value in workers.items()}
+    parent = client.create_run(experiment, tags={"loopwise.stage": "sweep", **tags}).info.run_id
+    try:
+        found = close_abandoned_runs(f"sqlite:///{workdir / 'mlflow.db'}", "spiral_mlp")
+    finally:
+        if "process" in locals() and process.poll() is None:
+            process.kill()
+    assert found == ([parent] if closed else [])
+    assert client.get_run(parent).info.status == ("KILLED" if closed else "RUNNING")
