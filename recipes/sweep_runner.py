@@ -10,7 +10,11 @@ Its outcome in Optuna and MLflow:
   FAILED (or has none, when the error came before the trainer), the reason is the trial's user attribute
   ``failure`` and the run's tag ``loopwise.sweep.failure``; the sweep goes on.
 * Ctrl+C / SIGTERM: the recipe saves ``last.ckpt`` and marks the run KILLED; the trial is FAIL (user attribute
-  ``interrupted``), the sweep stops, and the same command later continues the study.
+  ``interrupted``), the sweep stops (exit 130 / 143, as a fit), and the same command later continues the study.
+
+The worker tags the parent run as one of its workers (``recipes.sweep_workers``) and, when it stops, ends the parent
+(FINISHED, KILLED when interrupted, FAILED on an error) unless another worker is still at it; a dead worker's
+RUNNING trial is failed when this one starts and ends.
 """
 
 from __future__ import annotations
