@@ -26,7 +26,9 @@ from recipes.held_metrics import HeldMetrics
 from recipes.tracking_failures import (  # noqa: F401  (fast_http_failures, short_reason: used from here too)
     bound_http_requests,
     fast_http_failures,
+    is_read_only,
     is_server_uri,
+    read_only_at_start,
     short_reason,
     store_failure_message,
     warn_store_failure,
@@ -161,8 +163,14 @@ class RecipeLogger(MLFlowLogger):
     @property
     def experiment(self) -> Any:
         """Lightning's MLflow client (rank 0; a no-op object elsewhere), which creates the run on first use; a run
-        created with the default name is named ``<experiment>-<short run id>`` at once."""
-        client = super().experiment
+        created with the default name is named ``<experiment>-<short run id>`` at once. A store that is read-only
+        when the run would be created is ``TrackingStoreReadOnly`` (one line, before training)."""
+        try:
+            client = super().experiment
+        except Exception as err:
+            if is_read_only(err):
+                raise read_only_at_start(self.store_uri) from None
+            raise
         if self._name_after_id and mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
             self._name_after_id = False
             name = f"{self.experiment_name}-{str(self.run_id)[:8]}"

@@ -33,6 +33,11 @@ READ_ONLY_MARKERS = ("readonly database", "read-only database", "read-only file 
 REASON_LIMIT = 200
 
 
+class TrackingStoreReadOnly(ValueError):
+    """The store refused to create the run because it is read-only: an input error (one line, exit 2), before
+    anything is trained (without a run there is no run id to keep a journal under)."""
+
+
 class TrackingStoreWarning(UserWarning):
     """The tracking store stopped accepting writes (printed as one ``recipes: warning: ...`` line)."""
 
@@ -113,6 +118,16 @@ def store_failure_message(uri: str, err: BaseException | str, journal: Any) -> s
     )
 
 
+def read_only_at_start(uri: str) -> TrackingStoreReadOnly:
+    """The error for a store that is read-only before the run exists: which store, and what to do."""
+    where = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else uri
+    return TrackingStoreReadOnly(
+        f"the tracking store {where} is read-only (attempt to write a readonly database): make the file and its "
+        "folder writable (chmod u+w on both), or point MLFLOW_TRACKING_URI (or trainer.logger.init_args."
+        "tracking_uri) at a writable store; nothing was trained"
+    )
+
+
 def _one_line(message: Any, category: type, filename: str, lineno: int, line: str | None = None) -> str:
     if isinstance(category, type) and issubclass(category, TrackingStoreWarning):
         return f"recipes: warning: {message}\n"
@@ -158,12 +173,14 @@ def watch_monitor_failures(owner: Any) -> None:
 
 __all__ = [
     "BOUNDED_HTTP_SETTINGS",
+    "TrackingStoreReadOnly",
     "TrackingStoreWarning",
     "bound_http_requests",
     "cut_at_word",
     "fast_http_failures",
     "is_read_only",
     "is_server_uri",
+    "read_only_at_start",
     "short_reason",
     "store_failure_message",
     "warn_store_failure",

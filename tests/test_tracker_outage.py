@@ -248,3 +248,45 @@ def test_a_long_server_error_is_cut_at_a_word_not_mid_word(tmp_path) -> None:
     text = str(warning.message)
     quoted = text.split("(", 1)[1].split(")", 1)[0]
     assert quoted.endswith("overloaded ...") and "503" in quoted
+
+
+def test_a_store_read_only_before_the_run_is_one_error_line_and_nothing_trained(workdir, monkeypatch, capsys) -> None:
+    from mlflow.exceptions import MlflowException
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from recipes.cli import main
+
+    def refuse(*args, **kwargs):
+        raise MlflowException(SQLALCHEMY_READ_ONLY)
+
+    monkeypatch.setattr(SqlAlchemyStore, "create_run", refuse)  # as a chmod 0444 mlflow.db does (tests may run as root)
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--mlflow_model", "false"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("recipes: error:")]
+    assert f"{workdir / 'mlflow.db'} is read-only" in line and "chmod u+w" in line and "nothing was trained" in line
+    assert "sqlalche.me" not in err and "Traceback" not in err
+    assert not (workdir / "checkpoints").exists()
+
+
+def test_sync_uploads_only_the_checkpoint_versions_the_run_lacks(tmp_path) -> None:
+    import mlflow
+
+    from recipes.checkpoint_upload import LEDGER_NAME, UploadLedger, file_identity, upload_missing_checkpoints
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("e", artifact_location=str(tmp_path / "art"))).info.run_id
+    folder = tmp_path / "checkpoints" / "e" / run_id
+    folder.mkdir(parents=True)
+    (folder / "best.ckpt").write_bytes(b"best v1")
+    (folder / "last.ckpt").write_bytes(b"last v1")
+    assert upload_missing_checkpoints(folder, client, run_id) == []  # no ledger: this run never uploaded checkpoints
+    ledger = UploadLedger(folder / LEDGER_NAME)
+    ledger.expect()
+    ledger.mark(run_id, "best", file_identity(folder / "best.ckpt"))  # best v1 went up before the outage
+    (folder / "last.ckpt").write_bytes(b"last v2, saved during the outage")
+    assert upload_missing_checkpoints(folder, client, run_id) == ["last.ckpt"]
+    served = client.download_artifacts(run_id, "checkpoints/last.ckpt", str(tmp_path / "down"))
+    assert Path(served).read_bytes() == b"last v2, saved during the outage"
+    assert upload_missing_checkpoints(folder, client, run_id) == []  # a second sync sends nothing twice
