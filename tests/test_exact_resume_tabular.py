@@ -17,14 +17,26 @@ stopping patience 2: the reference halves the LR at epochs 2, 4 and 5 and stops 
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
 from lightning.pytorch.callbacks import Callback
 
-from tests.conftest import REPO, mlflow_client, runs_of
-from tests.test_exact_resume import CrashAtStep, SigtermAtStep, assert_same_training_state, fit, last_of
+from tests.conftest import CONFIGS, REPO, mlflow_client, runs_of
+from tests.test_exact_resume import (
+    LIMITS,
+    CrashAtStep,
+    SigtermAtStep,
+    assert_same_training_state,
+    fit,
+    last_of,
+)
 
 RECIPE = "tabular_mlp"
 ARGS = [
@@ -154,14 +166,50 @@ def test_tabular_resume_equals_the_uninterrupted_run(workdir, monkeypatch, refer
     (resumed,) = runs_of(workdir, RECIPE)
     assert resumed.info.run_id == stopped.info.run_id and resumed.info.status == "FINISHED"
 
-    ours, theirs = last_of(workdir, RECIPE, stopped.info.run_id), reference["last"]
+    assert_ends_as_the_reference(workdir, stopped.info.run_id, reference)
+
+
+def assert_ends_as_the_reference(workdir: Path, run_id: str, reference: dict) -> None:
+    ours, theirs = last_of(workdir, RECIPE, run_id), reference["last"]
     assert_same_training_state(theirs, ours)  # includes the plateau's last_epoch, best, num_bad_epochs
     assert ours["epoch"] == STOPPED_EARLY_AT  # early stopping at the same epoch
-    logged = logged_values(workdir, stopped.info.run_id)
+    logged = logged_values(workdir, run_id)
     assert logged.keys() == reference["logged"].keys()
     for key in ("train/acc", "train/f1", "val/loss", "val/acc", "lr/decay"):
         assert logged[key] == reference["logged"][key], key
     assert logged == reference["logged"]
+
+
+class KillNineAtStep(Callback):
+    """SIGKILL to its own process at the start of the batch after global step ``step``: nothing runs after it (no
+    exception hook, no write of the metrics MLflow was holding), as with ``kill -9`` or the OOM killer."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_real_kill_9_mid_epoch_resumes_to_the_uninterrupted_run(workdir, monkeypatch, reference):
+    """A fit in its own process killed with SIGKILL before step 11 (step 9's checkpoint is the newest), resumed with
+    ``--ckpt_path last``: the same end and the same logged values as the reference."""
+    from tests.test_ddp import recipes_env
+
+    (workdir / "data").symlink_to(REPO / "data")
+    kill = {"class_path": "tests.test_exact_resume_tabular.KillNineAtStep", "init_args": {"step": 10}}
+    command = [sys.executable, "-m", "recipes", "fit", "-c", str(CONFIGS / f"{RECIPE}.yaml"), *LIMITS, *ARGS,
+               f"--trainer.callbacks+={json.dumps(kill)}"]
+    out = subprocess.run(command, cwd=workdir, env=recipes_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == -signal.SIGKILL, out.stdout[-2000:] + out.stderr[-2000:]
+    (killed,) = runs_of(workdir, RECIPE)
+    assert last_of(workdir, RECIPE, killed.info.run_id)["global_step"] == 9
+    fit(monkeypatch, RECIPE, *ARGS, "--ckpt_path", "last")
+    (resumed,) = runs_of(workdir, RECIPE)
+    assert resumed.info.run_id == killed.info.run_id and resumed.info.status == "FINISHED"
+    assert_ends_as_the_reference(workdir, killed.info.run_id, reference)
 
 
 @pytest.mark.slow
