@@ -7,7 +7,7 @@ import csv
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 
 @contextmanager
@@ -26,6 +26,14 @@ def fields_of_any_length() -> Iterator[None]:
         yield
     finally:
         csv.field_size_limit(previous)
+
+
+def shown_fields(names: Sequence[object], count: int = 20, width: int = 60) -> str:
+    """Field or column names for a one-line message: each cut to ``width`` characters and at most ``count`` of them
+    (a 40 MB header line is one "field" that must not become a 40 MB message)."""
+    cut = [str(n) if len(str(n)) <= width else f"{str(n)[:width]}... ({len(str(n)):,} characters)" for n in names]
+    more = f", ... ({len(cut) - count} more)" if len(cut) > count else ""
+    return "[" + ", ".join(repr(n) for n in cut[:count]) + more + "]"
 
 
 def not_utf8_message(path: str | Path, err: UnicodeDecodeError) -> str:
@@ -48,4 +56,4 @@ def not_utf8_message(path: str | Path, err: UnicodeDecodeError) -> str:
     )
 
 
-__all__ = ["fields_of_any_length", "not_utf8_message"]
+__all__ = ["fields_of_any_length", "not_utf8_message", "shown_fields"]

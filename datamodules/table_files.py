@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datamodules.csv_reading import fields_of_any_length, not_utf8_message
+from datamodules.csv_reading import fields_of_any_length, not_utf8_message, shown_fields
 from datamodules.file_paths import unreachable_reason
 
 if TYPE_CHECKING:  # pandas is imported when a file is read, not at start-up
@@ -77,7 +77,8 @@ def read_table(path: str | Path) -> "pd.DataFrame":
     except Exception as err:  # parser, encoding and Arrow errors all mean the same thing to the user
         raise ValueError(f"{NAME}: cannot read {str(path)!r} as {kind}: {type(err).__name__}: {err}") from err
     if len(frame.columns) == 0 or len(frame) == 0:
-        raise ValueError(f"{NAME}: the data file {str(path)!r} has no data rows (columns: {list(frame.columns)})")
+        columns = shown_fields(list(frame.columns))
+        raise ValueError(f"{NAME}: the data file {str(path)!r} has no data rows (columns: {columns})")
     frame.columns = [str(c) for c in frame.columns]
     return frame.reset_index(drop=True)  # rows are positions (a Parquet file may restore a stored index)
 

@@ -12,6 +12,7 @@ from torch.utils.data import Dataset, Sampler
 
 from datamodules.base import BaseDataModule
 from datamodules.column_encoding import ColumnEncoder, is_numeric_column
+from datamodules.csv_reading import shown_fields
 from datamodules.preprocessing import Standardizer
 from datamodules.table_files import read_table, table_format
 from datamodules.tensor_dataset import BatchedTensorDataset
@@ -196,7 +197,8 @@ class TabularDataModule(BaseDataModule):
         available = list(frame.columns)
         if self.target not in available:
             raise ValueError(
-                f"{NAME}: the target column {self.target!r} is not in {self._where()}; available columns: {available}"
+                f"{NAME}: the target column {self.target!r} is not in {self._where()}; available columns: "
+                f"{shown_fields(available)}"
             )
         if self._restored is not None:
             numeric, categorical = list(self.encoder.numeric_columns), list(self.encoder.categorical_columns)
@@ -204,14 +206,15 @@ class TabularDataModule(BaseDataModule):
             if missing:
                 raise ValueError(
                     f"{NAME}: the checkpoint's model was trained on columns {missing}, which are not in "
-                    f"{self._where()}; available columns: {available}"
+                    f"{self._where()}; available columns: {shown_fields(available)}"
                 )
             return numeric, categorical
         features = self.features if self.features is not None else [c for c in available if c != self.target]
         missing = [c for c in features if c not in available]
         if missing:
             raise ValueError(
-                f"{NAME}: feature column(s) {missing} are not in {self._where()}; available columns: {available}"
+                f"{NAME}: feature column(s) {missing} are not in {self._where()}; available columns: "
+                f"{shown_fields(available)}"
             )
         if not features:
             raise ValueError(f"{NAME}: {self._where()} has no columns besides the target {self.target!r}")
@@ -315,7 +318,7 @@ class TabularDataModule(BaseDataModule):
         if missing:
             raise ValueError(
                 f"{NAME}: {source} lacks the feature column(s) {missing} the model was trained on "
-                f"(columns it has: {list(frame.columns)}); add them (a categorical column may be empty)"
+                f"(columns it has: {shown_fields(list(frame.columns))}); add them (a categorical column may be empty)"
             )
         where = self.encoder.source
         self.encoder.source = source  # errors name the table being predicted

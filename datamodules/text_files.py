@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from datamodules.csv_reading import fields_of_any_length, not_utf8_message
+from datamodules.csv_reading import fields_of_any_length, not_utf8_message, shown_fields
 from datamodules.file_paths import unreachable_reason
 
 CSV_SUFFIXES = (".csv",)
@@ -94,7 +94,9 @@ def _read_csv(path: Path, fields: list[str]) -> list[tuple[int, list[Any]]]:
             )
         for field in fields:
             if field not in header:
-                raise ValueError(f"{str(path)!r}: the header has no field {field!r}; its fields are {list(header)}")
+                raise ValueError(
+                    f"{str(path)!r}: the header has no field {field!r}; its fields are {shown_fields(header)}"
+                )
         start = reader.line_num + 1
         for row in reader:
             for field in fields:
@@ -122,7 +124,8 @@ def _read_jsonl(path: Path, fields: list[str]) -> list[tuple[int, list[Any]]]:
             for field in fields:
                 if field not in record:
                     raise ValueError(
-                        f"{str(path)!r} line {line_number}: no field {field!r}; its fields are {list(record)}"
+                        f"{str(path)!r} line {line_number}: no field {field!r}; its fields are "
+                        f"{shown_fields(list(record))}"
                     )
             records.append((line_number, [record[field] for field in fields]))
     return records

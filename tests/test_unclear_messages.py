@@ -258,3 +258,20 @@ def test_a_torch_write_error_with_room_on_the_disk_is_not_called_disk_full(tmp_p
     with pytest.raises(RuntimeError, match="unexpected pos") as err:
         AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(10)}, target)
     assert not isinstance(err.value, CheckpointDiskFull) and not target.exists()
+
+
+def test_a_single_40_mb_line_is_a_short_message(tmp_path):
+    from datamodules.table_files import read_table
+    from datamodules.text_files import read_text_label_file
+
+    big = tmp_path / "big.csv"
+    big.write_text("x" * 40_000_000)  # one line, no newline: a header of one 40 MB field, no rows
+    with pytest.raises(ValueError) as table_err:
+        read_table(big)
+    with pytest.raises(ValueError) as text_err:
+        read_text_label_file(big, "text", None)
+    assert "has no data rows (columns: ['" + "x" * 60 + "... (40,000,000 characters)'])" in str(table_err.value)
+    assert "the header has no field 'text'; its fields are ['" + "x" * 60 + "... (40,000,000 characters)']" in str(
+        text_err.value
+    )
+    assert len(str(table_err.value)) < 300 and len(str(text_err.value)) < 300
