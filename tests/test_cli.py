@@ -175,7 +175,8 @@ def test_second_run_with_another_lr_is_a_second_run(workdir):
     runs = runs_of(workdir, "spiral_mlp")
     assert [r.data.params["lr"] for r in runs] == ["0.01", "0.003"]
     assert all(r.info.status == "FINISHED" for r in runs)
-    dirs = sorted(p.name for p in (workdir / "checkpoints" / "spiral_mlp").iterdir())
+    # one folder per run, beside the runs' lock files (.resume-locks, taken by every fit)
+    dirs = sorted(p.name for p in (workdir / "checkpoints" / "spiral_mlp").iterdir() if not p.name.startswith("."))
     assert dirs == sorted(r.info.run_id for r in runs)
 
 
