@@ -146,7 +146,7 @@ def test_a_server_killed_mid_run_never_blocks_the_fit_and_sync_brings_its_checkp
         assert Path(served).read_bytes() == (folder / f"{name}.ckpt").read_bytes(), name
     again = subprocess.run([sys.executable, "-m", "recipes", "sync"], cwd=workdir, env=env, capture_output=True,
                            text=True, timeout=120)  # fmt: skip
-    assert "0 metric value(s), 0 param(s)" in again.stdout and "ckpt" not in again.stdout  # nothing sent twice
+    assert "0 metric value(s), 0 param(s), 0 tag(s)" in again.stdout and "ckpt" not in again.stdout  # nothing twice
 
 
 @pytest.mark.slow
