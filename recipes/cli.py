@@ -38,7 +38,7 @@ from recipes.initial_weights_record import load_task_initial_weights
 from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
 from recipes.recipe_options import add_recipe_options
 from recipes.recipe_trainer import RecipeTrainer
-from recipes.run_continuity import continue_stamped_run
+from recipes.run_continuity import RESUMED_FROM_TAG as BRANCHED, continue_stamped_run
 from recipes.run_description import describe_command
 from recipes.run_lock import RunLocked, hold_run_lock, release_run_locks
 from recipes.run_record import RunRecord
@@ -163,7 +163,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
     def lock_resumed_run(self, cfg: Namespace) -> None:
         """A resumed run is resumed by one process at a time (rank 0 holds the lock for its DDP group)."""
         logger = recipe_logger_config(cfg)
-        run_id = logger.get("init_args.run_id") if logger is not None else None
+        # a branch (a new run from an older checkpoint) holds its source run's lock: not while that run trains
+        run_id = logger and (logger.get("init_args.run_id") or (logger.get("init_args.tags") or {}).get(BRANCHED))
         if not run_id or rank_zero_only.rank != 0:
             return
         try:

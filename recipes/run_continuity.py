@@ -47,6 +47,7 @@ class RunContinuity(Callback):
 
     def __init__(self) -> None:
         self.tagged_step: int | None = None  # the step last written as the run's loopwise.checkpoint_step
+        self.saved_step: int | None = None  # the step of the newest checkpoint saved (the file exists at the next hook)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         lock_fit_run(trainer)  # one process at a time trains the run: a resume of it is refused from now on
@@ -70,12 +71,32 @@ class RunContinuity(Callback):
             "experiment": mlflow_logger_experiment_name(run.logger),
             "step": str(trainer.global_step),
         }
-        if trainer.is_global_zero and self.tagged_step != trainer.global_step:
-            self.tagged_step = trainer.global_step  # best and last are saved at the same step: one write
-            run.set_tag(CHECKPOINT_STEP_TAG, trainer.global_step)
+        self.saved_step = trainer.global_step
         # before the file exists, every metric logged so far is in the store: a hard kill after this save loses
         # nothing up to the checkpoint that a resume restarts from (MLflow's async queue waits up to 5 s otherwise)
         run.flush_metrics()
+
+    def tag_checkpoint_step(self, trainer: pl.Trainer) -> None:
+        """Write the step of the newest checkpoint as the run's tag, once its file exists (this runs at the hooks
+        after a save: a kill during the file's write leaves the tag behind the file, never ahead of it, so a resume
+        from the newest file is never taken for an older one). Best and last saved at one step: one write."""
+        if self.saved_step is None or self.saved_step == self.tagged_step or not trainer.is_global_zero:
+            return
+        run = tracked_run(trainer)
+        if run is not None:
+            self.tagged_step = self.saved_step
+            run.set_tag(CHECKPOINT_STEP_TAG, self.saved_step)
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self.tag_checkpoint_step(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.tag_checkpoint_step(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.tag_checkpoint_step(trainer)
 
 
 def copy_history(run: Any, source_run_id: str, before_step: int) -> None:

@@ -48,6 +48,7 @@ class TrackingJournal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._handle: Any = None
+        self._started = False  # this attempt's "start" entry is written
 
     def record(self, kind: str, **data: Any) -> None:
         """Append one entry: ``kind`` is "metrics" (``step``, ``time`` in ms, ``values``), "params", "tags",
@@ -56,8 +57,10 @@ class TrackingJournal:
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
-            start = {"time": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()}
-            self._handle.write(json.dumps({"kind": "start", **start}) + "\n")
+            if not self._started:  # once per attempt, also when a write after the run's end reopens the file
+                self._started = True
+                start = {"time": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()}
+                self._handle.write(json.dumps({"kind": "start", **start}) + "\n")
         self._handle.write(json.dumps({"kind": kind, **data}, default=str) + "\n")
         self._handle.flush()
 
