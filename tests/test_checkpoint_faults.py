@@ -96,7 +96,8 @@ def test_a_crash_while_saving_in_a_recipe_keeps_the_previous_last_ckpt(workdir, 
     (last,) = last_checkpoints(workdir)
     ckpt = torch.load(last, weights_only=True)
     assert (ckpt["epoch"], ckpt["global_step"]) == (0, 3)
-    assert sorted(p.name for p in last.parent.iterdir()) == ["best.ckpt", "last.ckpt", "tracking-journal.jsonl"]  # no temp
+    files = ["best.ckpt", "checkpoint-uploads.json", "last.ckpt", "tracking-journal.jsonl"]
+    assert sorted(p.name for p in last.parent.iterdir()) == files  # no temp file left behind
     assert [r.info.status for r in runs_of(workdir, "spiral_mlp")] == ["FAILED"]
     # and the run resumes from it
     main(["fit", "-c", str(SPIRAL), *TINY, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
