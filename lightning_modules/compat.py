@@ -42,6 +42,7 @@ PRIVATE_NAMES: dict[str, str] = {
     "BATCH_AND_INSTANCE_NORM": "torch.nn.modules.batchnorm._NormBase",
     "stop_after_this_batch": "Trainer._signal_connector.received_sigterm",
     "can_stop_after_this_batch": "Trainer._signal_connector",
+    "hold_stop_request": "Trainer._signal_connector.received_sigterm",
     "epoch_batches_done": "fit_loop.epoch_loop._num_ready_batches_reached()",
     "is_logging_step": "Trainer._logger_connector.should_update_logs",
     "time_train_fetches": "fit_loop.epoch_loop._on_before_fetch / _on_after_fetch (profiler hooks around a fetch)",
@@ -95,6 +96,16 @@ def stop_after_this_batch(trainer: Any) -> None:
     """Make Lightning stop as it does after SIGTERM: it raises ``SIGTERMException`` (on every rank) at the end of the
     current training batch, and ``on_exception`` callbacks run."""
     trainer._signal_connector.received_sigterm = True
+
+
+def hold_stop_request(trainer: Any) -> bool:
+    """Withdraw a pending ``stop_after_this_batch`` (SIGTERM) request and say whether there was one. While it is set,
+    Lightning's evaluation loop raises ``SIGTERMException`` after any validation batch but the last."""
+    connector = getattr(trainer, "_signal_connector", None)
+    if not getattr(connector, "received_sigterm", False):
+        return False
+    connector.received_sigterm = False
+    return True
 
 
 def epoch_batches_done(trainer: Any) -> bool:
@@ -251,6 +262,7 @@ __all__ = [
     "attached_trainer",
     "built_from_config",
     "can_stop_after_this_batch",
+    "hold_stop_request",
     "checkpoint_state_key",
     "epoch_batches_done",
     "is_compiled_in_place",

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lightning_modules.compat import can_stop_after_this_batch, stop_after_this_batch
+from lightning_modules.compat import can_stop_after_this_batch, hold_stop_request, stop_after_this_batch
 from recipes.checkpoint_locations import RunCheckpoint
 
 SIGNAL_EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
@@ -41,6 +41,9 @@ class StopOnSignal(Callback):
       own SIGTERM handler calls ``dist.broadcast`` inside the signal handler, at whatever point rank 0 is (e.g. in
       the forward pass while rank 1 waits in the backward all-reduce): a deadlock, so under DDP it is replaced
       during training too.
+    * A signal that arrives during a fit's validation, or in the train batch just before it (an epoch's last),
+      stops after that validation and its checkpoints, and after the epoch's end when it ends an epoch; Lightning
+      would abort the validation after its current batch, and the resume from that ``last.ckpt`` failed.
     * Loggers with a ``mark_killed(reason)`` method (``RecipeLogger``) are told which signal ended the run.
     * A signal that cannot be honoured at a batch boundary because the process is stuck (a call that does not
       return: a tracker, a file system) is not the last word: a second SIGTERM, or a third SIGINT, ends the process
@@ -51,12 +54,14 @@ class StopOnSignal(Callback):
     def __init__(self) -> None:
         self.interrupted: str | None = None
         self._pending_signal: int | None = None  # DDP only: the signal received and not yet agreed on (0: none)
+        self._held = False  # a stop requested before or during a fit's validation, waiting for its end
         self._received: dict[str, int] = {}  # how many times each signal arrived during this fit
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.interrupted = None
         self._pending_signal = None
         self._received = {}
+        self._held = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._route_signals(trainer)
@@ -114,6 +119,21 @@ class StopOnSignal(Callback):
             if trainer.is_global_zero:
                 print(f"{self.interrupted}: every process stops after this batch", flush=True)
             stop_after_this_batch(trainer)  # Lightning raises SIGTERMException on every rank
+
+    def on_validation_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        """A stop requested in the batch before a fit's validation or during it waits for the validation's end:
+        Lightning would abort the validation after this batch, and a run resumed from that ``last.ckpt`` cannot
+        finish it (at an epoch's end the resume failed: the monitored metric is missing)."""
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and hold_stop_request(trainer):
+            self._held = True
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._held:  # the validation's checkpoints are written next; Lightning stops after the epoch's end
+            self._held = False
+            stop_after_this_batch(trainer)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)):

@@ -117,6 +117,22 @@ def test_batch_and_instance_norm_base() -> None:
     assert not issubclass(nn.LayerNorm, compat.BATCH_AND_INSTANCE_NORM)
 
 
+@probes("hold_stop_request")
+def test_hold_stop_request_withdraws_lightnings_stop(tmp_path: Path) -> None:
+    held = []
+
+    class StopThenHold(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if batch_idx == 0:
+                compat.stop_after_this_batch(trainer)
+                held.append(compat.hold_stop_request(trainer))
+                held.append(compat.hold_stop_request(trainer))
+
+    trainer = tiny_trainer(tmp_path, callbacks=[StopThenHold()])
+    trainer.fit(BoringModel())  # no SIGTERMException: the request was withdrawn
+    assert held == [True, False] and trainer.global_step == 4, upgrade_message("hold_stop_request")
+
+
 @probes("stop_after_this_batch")
 @probes("can_stop_after_this_batch")
 def test_stop_after_this_batch_raises_lightnings_sigterm_exception(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 bit-identical to the uninterrupted run, and logs the same values.
 
 One uninterrupted reference run (module-scoped) is compared with runs stopped at chosen moments and resumed with
-``--ckpt_path last``: SIGTERM in the middle of an epoch and at an epoch's last batch, and a hard crash (the process
+``--ckpt_path last``: SIGTERM in the middle of an epoch, at an epoch's last batch and during its validation (both
+failed before StopOnSignal held the stop until the validation's end), a real ``kill -9``, and a hard crash (the process
 dies, whatever was written stays) with ``--checkpoint_every_n_steps 3`` in the middle of an epoch, just after a
 step checkpoint, just after an epoch-end checkpoint, during the epoch-end validation and at the epoch's last batch.
 Each must end with the reference's parameters, optimizer state and scheduler state (ReduceLROnPlateau's
@@ -143,22 +144,8 @@ STOPS = {
 }
 
 
-# SIGTERM during an epoch's last batch or its validation (also on 0f8cd47, before this file): Lightning aborts the
-# epoch-end validation after its first batch (the evaluation loop raises SIGTERMException while ``received_sigterm``
-# is set), last.ckpt holds a validation begun, and the resume fails: "Early stopping conditioned on metric
-# `val/loss` which is not available". The fix belongs to StopOnSignal (recipes/interruptions.py): hold the stop until
-# the epoch-end validation has ended, so last.ckpt is that epoch's end.
-STOP_IN_EPOCH_END_VALIDATION = pytest.mark.xfail(
-    strict=True, reason="StopOnSignal lets Lightning abort the epoch-end validation; the resume then fails"
-)
-UNFIXED = ("sigterm-at-epoch-last-batch", "sigterm-during-validation")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "case",
-    [pytest.param(case, marks=STOP_IN_EPOCH_END_VALIDATION) if case in UNFIXED else case for case in STOPS],
-)
+@pytest.mark.parametrize("case", list(STOPS))
 def test_tabular_resume_equals_the_uninterrupted_run(workdir, monkeypatch, reference, case):
     """Weights, optimizer, plateau scheduler, early-stopping epoch and every logged value equal the reference's
     (before: the plateau scheduler was one step behind after a mid-epoch resume, and the resumed epoch's train/acc
