@@ -157,7 +157,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             self.data_changes = self.guard_split(cfg, self.checkpoint)
             logger = recipe_logger_config(cfg)
             if self.config.get("subcommand") == "fit" and logger is not None:
-                continue_stamped_run(logger, self.checkpoint.stamp, self.checkpoint.path, tracking_uri(cfg))
+                stamp, path = self.checkpoint.stamp, self.checkpoint.path
+                continue_stamped_run(logger, stamp, path, tracking_uri(cfg), cfg.get("checkpoints_dir"))
                 self.lock_resumed_run(cfg)
 
     def lock_resumed_run(self, cfg: Namespace) -> None:

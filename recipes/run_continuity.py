@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -34,6 +35,7 @@ from lightning_modules.compat import mlflow_logger_experiment_name
 from recipes.checkpoint_files import STAMP_KEY
 from recipes.run_lock import lock_fit_run
 from recipes.recreated_runs import current_run_id
+from recipes.tracking_journal import JOURNAL_NAME, read_journal
 from recipes.tracked_run import tracked_run
 
 RESUMED_FROM_TAG = "loopwise.resumed_from_run"
@@ -114,13 +116,37 @@ def copy_history(run: Any, source_run_id: str, before_step: int) -> None:
         run.logger.log_metrics(by_step[step], step)
 
 
-def continue_stamped_run(logger_config: Namespace, stamp: dict[str, str], ckpt_path: str, tracking_uri: str) -> None:
+def journaled_checkpoint_step(checkpoints_dir: str | Path | None, experiment: str, run_id: str) -> str:
+    """The run's last ``loopwise.checkpoint_step`` in its journal (a store that failed mid-run holds an older one),
+    else ``""``."""
+    if checkpoints_dir is None:
+        return ""
+    path = Path(checkpoints_dir) / experiment / run_id / JOURNAL_NAME
+    if not path.is_file():
+        return ""
+    steps = [
+        str(entry["values"][CHECKPOINT_STEP_TAG])
+        for entry in read_journal(path)
+        if entry.get("kind") == "tags" and CHECKPOINT_STEP_TAG in (entry.get("values") or {})
+    ]
+    return steps[-1] if steps else ""
+
+
+def continue_stamped_run(
+    logger_config: Namespace,
+    stamp: dict[str, str],
+    ckpt_path: str,
+    tracking_uri: str,
+    checkpoints_dir: str | Path | None = None,
+) -> None:
     """``fit --ckpt_path``: attach the ``RecipeLogger`` config ``logger_config`` to the MLflow run stamped in the
     checkpoint (its ``init_args.run_id``), in that run's experiment.
 
     Nothing happens when the checkpoint has no stamp, a run id was given explicitly, or the run is not in this
     tracking store (then a new run starts, with a warning). A run ``recipes sync`` recreated under a new id is found
-    by its old one. A checkpoint older than the run's newest one starts a new run linked to it (module docstring).
+    by its old one. A checkpoint older than the run's newest one (its tag, or the run's journal under
+    ``checkpoints_dir`` when the store missed the tag's last writes) starts a new run linked to it (module
+    docstring).
     """
     if logger_config.get("init_args", Namespace()).get("run_id"):
         return
@@ -140,10 +166,13 @@ def continue_stamped_run(logger_config: Namespace, stamp: dict[str, str], ckpt_p
         return
     run = client.get_run(found)
     experiment = client.get_experiment(run.info.experiment_id)
+    name = experiment.name if experiment is not None else stamp.get("experiment", "")
     if experiment is not None:
         logger_config["init_args.experiment_name"] = experiment.name
-    step, newest = stamp.get("step", ""), run.data.tags.get(CHECKPOINT_STEP_TAG, "")
-    if step.isdigit() and newest.isdigit() and int(step) < int(newest):
+    step = stamp.get("step", "")
+    known = [run.data.tags.get(CHECKPOINT_STEP_TAG, ""), journaled_checkpoint_step(checkpoints_dir, name, run_id)]
+    newest = max((int(k) for k in known if k.isdigit()), default=None)
+    if step.isdigit() and newest is not None and int(step) < newest:
         tags = dict(logger_config.get("init_args.tags") or {})
         tags.update({RESUMED_FROM_TAG: found, RESUMED_FROM_STEP_TAG: step})
         logger_config["init_args.tags"] = tags

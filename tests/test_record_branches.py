@@ -210,3 +210,27 @@ def test_a_run_recreated_by_sync_keeps_its_artifacts_checkpoints_and_resume(work
     best = recipes(workdir, "fit", "-c", str(SPIRAL), *TINY, "--trainer.max_epochs", "3", "--mlflow_model", "false",
                    "--ckpt_path", f"mlflow:{old_id}/best")
     assert best.returncode == 0, best.stdout + best.stderr[-2000:]
+
+
+def test_an_older_checkpoint_is_told_by_the_journal_when_the_store_missed_the_last_tags(tmp_path):
+    """A store that failed mid-run holds an older loopwise.checkpoint_step than the run's journal."""
+    from jsonargparse import Namespace
+
+    from recipes.run_continuity import continue_stamped_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("spiral_mlp")).info.run_id
+    client.set_tag(run_id, "loopwise.checkpoint_step", "6")  # the store's last write before it failed
+    journal = TrackingJournal(tmp_path / "checkpoints" / "spiral_mlp" / run_id / JOURNAL_NAME)
+    for step in (6, 9):
+        journal.record("tags", values={"loopwise.checkpoint_step": str(step)})
+    journal.close()
+    stamp = {"mlflow_run_id": run_id, "experiment": "spiral_mlp", "step": "6"}
+    continued = Namespace(init_args=Namespace(run_id=None, tags=None))
+    continue_stamped_run(continued, stamp, "ep2.ckpt", uri)  # no checkpoints folder: the store's tag only
+    assert continued.init_args.run_id == run_id
+    branched = Namespace(init_args=Namespace(run_id=None, tags=None))
+    continue_stamped_run(branched, stamp, "ep2.ckpt", uri, tmp_path / "checkpoints")
+    assert branched.init_args.run_id is None
+    assert branched.init_args.tags == {"loopwise.resumed_from_run": run_id, "loopwise.resumed_from_step": "6"}
