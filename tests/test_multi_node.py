@@ -67,7 +67,8 @@ def test_two_nodes_make_one_run_counted_over_the_world_and_resume_together(tmp_p
     assert p["plan.batches_per_epoch"] == "11" and p["plan.optimizer_steps_per_epoch"] == "11"
     # one checkpoint folder, rank 0's, named after its run
     run_id = run.info.run_id
-    run_dirs = list((tmp_path / "checkpoints" / "spiral_mlp").iterdir())
+    folders = (tmp_path / "checkpoints" / "spiral_mlp").iterdir()
+    run_dirs = [d for d in folders if not d.name.startswith(".")]  # not .resume-locks
     assert [d.name for d in run_dirs] == [run_id]
     last = run_dirs[0] / "last.ckpt"
     assert read_run_stamp(last) == {"mlflow_run_id": run_id, "experiment": "spiral_mlp", "step": "11"}
