@@ -119,9 +119,11 @@ def test_spiral_on_two_processes_is_one_run_with_world_size_arithmetic(spiral_dd
         "checkpoints/last.ckpt",
     }
     # one checkpoint directory, named after the run rank 0 created; both files carry its id
-    run_dirs = list((directory / "checkpoints" / "spiral_mlp").iterdir())
+    folders = (directory / "checkpoints" / "spiral_mlp").iterdir()
+    run_dirs = [d for d in folders if not d.name.startswith(".")]  # not .resume-locks
     assert [d.name for d in run_dirs] == [run_id]
-    assert sorted(f.name for f in run_dirs[0].iterdir()) == ["best.ckpt", "last.ckpt", "tracking-journal.jsonl"]
+    assert sorted(f.name for f in run_dirs[0].iterdir()) == [
+        "best.ckpt", "checkpoint-uploads.json", "last.ckpt", "tracking-journal.jsonl"]  # fmt: skip
     for name in ("best.ckpt", "last.ckpt"):
         stamp = read_run_stamp(run_dirs[0] / name)
         assert (stamp["mlflow_run_id"], stamp["experiment"]) == (run_id, "spiral_mlp")
