@@ -32,9 +32,9 @@ from recipes.tracking_failures import (  # noqa: F401  (fast_http_failures, shor
     short_reason,
     store_failure_message,
     warn_store_failure,
-    watch_monitor_failures,
+    watch_store_failures,
 )
-from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay, watch_store_failures
+from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
 SERVER_CHECK_TIMEOUT_S = 5
@@ -153,7 +153,6 @@ class RecipeLogger(MLFlowLogger):
         self._queued_since_flush = False  # a metric batch went to MLflow's asynchronous queue since the last flush
         self.synchronous = synchronous  # every call written before it returns: nothing held back
         watch_store_failures(self)
-        watch_monitor_failures(self)
 
     @property
     def experiment_name(self) -> str:

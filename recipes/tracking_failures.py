@@ -143,32 +143,40 @@ def warn_store_failure(message: str) -> None:
     warnings.warn(message, TrackingStoreWarning, stacklevel=3)
 
 
-class MonitorFailureFilter(logging.Filter):
-    """MLflow's system metrics monitor warns (its own line, at WARNING) when it cannot reach the run, then stops: while
-    a ``RecipeLogger`` keeps a journal (a recipe fit runs), that warning is the logger's one store warning instead."""
+class StoreFailureFilter(logging.Filter):
+    """MLflow reports each write its store refuses on its own loggers: its asynchronous logging and its SQL store as
+    an error with a traceback (once per batch, once per statement), its system metrics monitor as a warning before it
+    stops. While a ``RecipeLogger`` keeps a journal (a recipe fit runs), records from ``min_level`` up become that
+    logger's one store warning instead (``owner.store_failed``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_level: int) -> None:
         super().__init__()
+        self.min_level = min_level
         self.owner: Any = None  # a weak reference to the RecipeLogger of the current run
 
     def filter(self, record: logging.LogRecord) -> bool:
         owner = self.owner() if self.owner is not None else None
-        if owner is None or record.levelno < logging.WARNING or not owner.keeps_journal():
+        if owner is None or record.levelno < self.min_level or not owner.keeps_journal():
             return True
         owner.store_failed(record.getMessage())
         return False
 
 
-MONITOR_FAILURES = MonitorFailureFilter()
-MONITOR_LOGGER = "mlflow.system_metrics.system_metrics_monitor"
+#: MLflow's loggers that report a refused write, each with the filter that turns them into the one warning
+STORE_FAILURE_LOGGERS = {
+    "mlflow.utils.async_logging.async_logging_queue": StoreFailureFilter(logging.ERROR),
+    "mlflow.store.db.utils": StoreFailureFilter(logging.ERROR),
+    "mlflow.system_metrics.system_metrics_monitor": StoreFailureFilter(logging.WARNING),
+}
 
 
-def watch_monitor_failures(owner: Any) -> None:
-    """Route the system metrics monitor's warnings to ``owner.store_failed`` while ``owner`` keeps a journal."""
-    MONITOR_FAILURES.owner = weakref.ref(owner)
-    monitor_logger = logging.getLogger(MONITOR_LOGGER)
-    if MONITOR_FAILURES not in monitor_logger.filters:
-        monitor_logger.addFilter(MONITOR_FAILURES)
+def watch_store_failures(owner: Any) -> None:
+    """Route MLflow's reports of refused writes to ``owner.store_failed`` while ``owner`` keeps a journal."""
+    for name, store_filter in STORE_FAILURE_LOGGERS.items():
+        store_filter.owner = weakref.ref(owner)
+        mlflow_logger = logging.getLogger(name)
+        if store_filter not in mlflow_logger.filters:
+            mlflow_logger.addFilter(store_filter)
 
 
 __all__ = [
@@ -184,5 +192,5 @@ __all__ = [
     "short_reason",
     "store_failure_message",
     "warn_store_failure",
-    "watch_monitor_failures",
+    "watch_store_failures",
 ]

@@ -6,8 +6,8 @@ MLflow. When the store stops accepting writes (read-only, deleted, locked beyond
 goes on with one warning, and the journal still holds everything. ``replay`` writes into the store what it lacks
 (metric steps it does not hold, params, tags, the final status); ``recipes sync`` replays every journal under a
 checkpoints folder, and a resumed fit replays its run's journal before it continues. Replaying twice changes nothing.
-MLflow's asynchronous logging reports each refused write with a traceback; ``watch_store_failures`` turns them into
-the logger's one warning.
+MLflow's asynchronous logging reports each refused write with a traceback; ``tracking_failures.watch_store_failures``
+turns them into the logger's one warning.
 
 Each process that writes a run (each attempt: the first start, every resume) opens its part of the journal with a
 "start" entry (time, host, process id). The status of the last attempt decides the run's status on a replay: an
@@ -18,11 +18,9 @@ runs on this host the run is ended KILLED, never FINISHED by an earlier attempt'
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,36 +225,6 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
     return lines
 
 
-class StoreFailureFilter(logging.Filter):
-    """MLflow reports each write its store refuses as an error with a traceback (its async logging once per batch,
-    its SQL store once per statement). While a ``RecipeLogger`` keeps a journal (a recipe fit is running), they are
-    turned into that logger's one warning instead."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.logger: Any = None  # a weak reference to the RecipeLogger of the current run
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        owner = self.logger() if self.logger is not None else None
-        if owner is None or record.levelno < logging.ERROR or not owner.keeps_journal():
-            return True
-        owner.store_failed(record.getMessage())
-        return False
-
-
-STORE_FAILURES = StoreFailureFilter()
-MLFLOW_ERROR_LOGGERS = ("mlflow.utils.async_logging.async_logging_queue", "mlflow.store.db.utils")
-
-
-def watch_store_failures(logger: Any) -> None:
-    """Route MLflow's store errors to ``logger.store_failed`` while ``logger`` keeps a journal."""
-    STORE_FAILURES.logger = weakref.ref(logger)
-    for name in MLFLOW_ERROR_LOGGERS:
-        mlflow_logger = logging.getLogger(name)
-        if STORE_FAILURES not in mlflow_logger.filters:
-            mlflow_logger.addFilter(STORE_FAILURES)
-
-
 def main(argv: list[str] | None = None) -> int:
     """``recipes sync [--checkpoints_dir checkpoints]``: write the journals of runs whose store failed into the store
     (``MLFLOW_TRACKING_URI``, or ``./mlflow.db``)."""
@@ -284,5 +252,4 @@ __all__ = [
     "read_journal",
     "replay",
     "sync_journals",
-    "watch_store_failures",
 ]
