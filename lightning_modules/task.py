@@ -23,7 +23,7 @@ from torchmetrics import MetricCollection
 from lightning_modules.batches import to_channels_last
 from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
-from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state
+from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
 from lightning_modules.evaluation_loss import MeanLoss
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
 from lightning_modules.fine_tuning import FineTuning
@@ -257,8 +257,8 @@ class Task(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.fine_tuning.weights_in_place = True  # the checkpoint's weights replace any initial ones
-        if TRAIN_METRIC_STATE in checkpoint:  # the partial epoch's train metrics (an epoch start resets them)
-            restore_epoch_metric_state(self.train_metrics, checkpoint[TRAIN_METRIC_STATE], self.global_rank)
+        if TRAIN_METRIC_STATE in checkpoint:  # the partial epoch's train metrics, or a finished one's (logged at start)
+            restore_epoch_metric_state(self.train_metrics, checkpoint[TRAIN_METRIC_STATE], self.global_rank, checkpoint.get("global_step"))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[TRAIN_METRIC_STATE] = epoch_metric_state(self.train_metrics, self.metric_updates["train"])
@@ -331,7 +331,7 @@ class Task(LightningModule):
     def on_train_epoch_start(self) -> None:  # not called when a run resumes in the middle of the epoch
         self._metrics_logged["train"] = False
         self.metric_updates["train"].clear()  # steps of an epoch that ended without its end-of-epoch hooks (an
-        self.train_metrics.reset()  # exception), and a state restored from an epoch-end checkpoint
+        start_train_epoch(self.train_metrics, self.loggers, self.global_step)  # exception); a restored epoch logged
 
     def on_validation_epoch_start(self) -> None:
         self._metrics_logged["val"] = False

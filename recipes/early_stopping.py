@@ -43,8 +43,14 @@ class RecipeEarlyStopping(EarlyStopping):
         self.reason: str | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """A new fit has no stopping reason yet (a resumed one keeps ``best_epoch`` from its checkpoint)."""
+        """A new fit has no stopping reason yet (a resumed one keeps ``best_epoch`` from its checkpoint). A fit resumed
+        from a checkpoint written after this callback stopped training (a kill -9 during the model logging or the
+        final status write) stops again before its first step, as the uninterrupted run trained no further (before,
+        Lightning went on with the next epoch)."""
         self.reason = None
+        if self.stopping_reason != EarlyStoppingReason.NOT_STOPPED:
+            trainer.should_stop = True
+            self.reason = self.describe(self.stopped_epoch + 1)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Lightning's check (when it runs here), then what it decided."""

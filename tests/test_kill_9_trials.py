@@ -124,7 +124,7 @@ add_callback(Kill())
     "checkpoint-written-before-fsync": 'checkpoint_os("fsync", 9)\n',
     "checkpoint-fsynced-before-replace": 'checkpoint_os("replace", 9)\n',
     "checkpoint-right-after-replace": 'checkpoint_os("replace", 9, after=True)\n',
-    # 7. half of a journal line written (the metrics of step 10)
+    # 7. half of a journal line written (the first metrics after step 9's checkpoint)
     "during-journal-append": '''
 import json
 
@@ -134,7 +134,7 @@ _record = TrackingJournal.record
 
 
 def record(self, kind, **data):
-    if kind == "metrics" and data.get("step") == 10 and self._handle is not None:
+    if kind == "metrics" and (data.get("step") or 0) >= 10 and self._handle is not None:
         line = json.dumps({"kind": kind, **data}, default=str)
         self._handle.write(line[: len(line) // 2])
         self._handle.flush()
@@ -164,15 +164,21 @@ class Kill(Callback):
 
 add_callback(Kill())
 ''',
-    # 10. epoch 1's checkpoints written (at its validation's end), its train metrics not logged yet
+    # 10. epoch 1's checkpoints written (ModelCheckpoint's on_train_epoch_end), its train metrics not logged yet:
+    # Lightning logs them after every callback's on_train_epoch_end (the fit loop's update_train_epoch_metrics)
     "after-epoch-end-checkpoint-before-train-metrics": '''
-class Kill(Callback):
-    def on_train_epoch_end(self, trainer, pl_module):
-        if trainer.current_epoch == 1:
-            die()
+from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
+
+_update = _LoggerConnector.update_train_epoch_metrics
 
 
-add_callback(Kill())
+def update_train_epoch_metrics(self):
+    if self.trainer.current_epoch == 1:
+        die()
+    _update(self)
+
+
+_LoggerConnector.update_train_epoch_metrics = update_train_epoch_metrics
 ''',
     # 11. training over: while the fitted model is logged to MLflow, and at the final status write
     "during-model-logging": '''
