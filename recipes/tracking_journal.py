@@ -54,7 +54,10 @@ class TrackingJournal:
         process writes is preceded by a "start" entry (``time``, ``host``, ``pid``): one per attempt."""
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            cut = ends_mid_line(self.path)
             self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+            if cut:  # a kill cut the last line: end it, or this attempt's first entry would join it and be lost
+                self._handle.write("\n")
             if not self._started:  # once per attempt, also when a write after the run's end reopens the file
                 self._started = True
                 start = {"time": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()}
@@ -71,6 +74,19 @@ class TrackingJournal:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+def ends_mid_line(path: Path) -> bool:
+    """Whether the file at ``path`` exists and its last line has no end (a kill during an append)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:

@@ -27,11 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal
 from tests.conftest import CONFIGS, REPO, runs_of
 from tests.test_exact_resume import LIMITS, fit, last_of
 from tests.test_exact_resume_tabular import ARGS, RECIPE, assert_ends_as_the_reference, reference  # noqa: F401
-
-pytestmark = pytest.mark.slow
 
 KILLPOINT_HEAD = '''
 """Written by tests/test_kill_9_trials.py: SIGKILL to this process at one chosen moment."""
@@ -224,6 +223,7 @@ def killed_fit(directory: Path, moment: str, *extra: str) -> subprocess.Complete
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", list(MOMENTS))
 def test_a_kill_9_at_a_chosen_moment_recovers_to_the_uninterrupted_run(workdir, monkeypatch, reference, moment):
     (workdir / "data").symlink_to(REPO / "data")
@@ -249,4 +249,25 @@ def test_a_kill_9_at_a_chosen_moment_recovers_to_the_uninterrupted_run(workdir, 
         fit(monkeypatch, RECIPE, *ARGS, *extra, "--ckpt_path", "last")
         (resumed,) = runs_of(workdir, RECIPE)
         assert resumed.info.run_id == run_id and resumed.info.status == "FINISHED"
+        # the journal holds both attempts, the resume's closed FINISHED (a line the kill cut does not swallow the next)
+        entries = read_journal(workdir / "checkpoints" / RECIPE / run_id / JOURNAL_NAME)
+        starts = [i for i, e in enumerate(entries) if e["kind"] == "start"]
+        assert len(starts) == 2, [e["kind"] for e in entries]
+        assert [e["status"] for e in entries[starts[1]:] if e["kind"] == "status"] == ["FINISHED"]
     assert_ends_as_the_reference(workdir, run_id, reference)
+
+
+def test_an_attempt_after_a_cut_journal_line_keeps_its_start_entry(tmp_path):
+    """A kill in the middle of a journal append leaves a line without its end; the next attempt's "start" entry used
+    to be appended to it and lost with it (read_journal skips the broken line), so a replay took the killed attempt
+    for the last one and could end a running resume KILLED."""
+    path = tmp_path / JOURNAL_NAME
+    first = TrackingJournal(path)
+    first.record("metrics", step=1, time=0, values={"train/loss": 0.5})
+    first.close()
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('{"kind": "metrics", "step": 2, "val')  # cut by the kill
+    second = TrackingJournal(path)
+    second.record("status", status="FINISHED", time=1)
+    second.close()
+    assert [e["kind"] for e in read_journal(path)] == ["start", "metrics", "start", "status"]
