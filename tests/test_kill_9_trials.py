@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from recipes.model_logging import MODEL_TAG
 from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal
 from tests.conftest import CONFIGS, REPO, runs_of
 from tests.test_exact_resume import LIMITS, fit, last_of
@@ -127,6 +128,7 @@ add_callback(Kill())
     "during-journal-append": '''
 import json
 
+from recipes.model_logging import MODEL_TAG
 from recipes.tracking_journal import TrackingJournal
 
 _record = TrackingJournal.record
@@ -254,6 +256,8 @@ def test_a_kill_9_at_a_chosen_moment_recovers_to_the_uninterrupted_run(workdir, 
         starts = [i for i, e in enumerate(entries) if e["kind"] == "start"]
         assert len(starts) == 2, [e["kind"] for e in entries]
         assert [e["status"] for e in entries[starts[1]:] if e["kind"] == "status"] == ["FINISHED"]
+        if moment == "during-model-logging":  # the resume trains nothing more and logs the model the kill stopped
+            assert resumed.data.tags[MODEL_TAG] == f"runs:/{run_id}/model"
     assert_ends_as_the_reference(workdir, run_id, reference)
 
 
