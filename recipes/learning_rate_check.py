@@ -1,5 +1,5 @@
-"""Learning rates that are not a positive finite number (``nan``, ``inf``, 0, negative), refused in one line before
-anything runs: on the command line before it is parsed (jsonargparse reads ``nan`` as text and answers with a block
+"""Learning rates that are not a finite number of 0 or more (``nan``, ``inf``, negative), refused in one line before
+anything runs (0 is allowed: it keeps the weights, a deliberate setting for a frozen run or a test of the loop): on the command line before it is parsed (jsonargparse reads ``nan`` as text and answers with a block
 about import paths), and in the parsed config (a YAML ``.nan``, ``-0.1``; torch would say only "Invalid learning
 rate", or train on ``inf``)."""
 
@@ -22,10 +22,10 @@ def _problem(key: str, value: Any) -> str | None:
         number = float(value)
     except (TypeError, ValueError):
         return None  # not a number: jsonargparse names the key and the expected type
-    if math.isfinite(number) and number > 0:
+    if math.isfinite(number) and number >= 0:
         return None
     return (
-        f"{key} is {value}: a learning rate must be a positive finite number (e.g. 0.001); "
+        f"{key} is {value}: a learning rate must be a finite number, 0 or more (e.g. 0.001); "
         "set it to one on the command line or in the config"
     )
 
@@ -35,8 +35,8 @@ def _is_lr_key(key: str) -> bool:
 
 
 def check_learning_rate_args(args: Sequence[str]) -> None:
-    """``ValueError`` for a command-line learning rate (``--...lr nan``, ``--...lr=-1``) that is not a positive
-    finite number, before the arguments are parsed."""
+    """``ValueError`` for a command-line learning rate (``--...lr nan``, ``--...lr=-1``) that is not a finite
+    number of 0 or more, before the arguments are parsed."""
     args = [str(a) for a in args]
     for i, arg in enumerate(args):
         if not arg.startswith("--"):
@@ -53,7 +53,7 @@ def check_learning_rate_args(args: Sequence[str]) -> None:
 
 
 def check_learning_rates(cfg: Namespace) -> None:
-    """``ValueError`` for a learning rate in the parsed config that is not a positive finite number."""
+    """``ValueError`` for a learning rate in the parsed config that is not a finite number of 0 or more."""
     for key, value in cfg.items():
         if _is_lr_key(key) and isinstance(value, (int, float)):
             problem = _problem(key, value)
