@@ -112,8 +112,7 @@ def copy_history(run: Any, source_run_id: str, before_step: int) -> None:
         for metric in client.get_metric_history(source_run_id, key):
             if metric.step < before_step:
                 by_step.setdefault(metric.step, {})[key] = metric.value
-    for step in sorted(by_step):
-        run.logger.log_metrics(by_step[step], step)
+    run.logger.log_history(by_step)
 
 
 def journaled_checkpoint_step(checkpoints_dir: str | Path | None, experiment: str, run_id: str) -> str:

@@ -14,25 +14,14 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lightning_modules.compat import (
-    mlflow_logger_experiment_name,
-    mlflow_logger_forget_checkpoints,
-    mlflow_logger_log_model,
-    mlflow_logger_run_created,
-    mlflow_logger_unbuffered,
-    mlflow_logger_uploaded_files,
+    mlflow_logger_experiment_name, mlflow_logger_forget_checkpoints, mlflow_logger_log_model,
+    mlflow_logger_run_created, mlflow_logger_unbuffered, mlflow_logger_uploaded_files,
 )
 from recipes.checkpoint_upload import LEDGER_NAME, CheckpointUploader, UploadLedger, file_identity
 from recipes.held_metrics import HeldMetrics
 from recipes.tracking_failures import (  # noqa: F401  (fast_http_failures, short_reason: used from here too)
-    bound_http_requests,
-    fast_http_failures,
-    is_read_only,
-    is_server_uri,
-    read_only_at_start,
-    short_reason,
-    store_failure_message,
-    warn_store_failure,
-    watch_store_failures,
+    bound_http_requests, fast_http_failures, is_read_only, is_server_uri, read_only_at_start, short_reason,
+    store_failure_message, warn_store_failure, watch_store_failures,
 )
 from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 
@@ -223,8 +212,8 @@ class RecipeLogger(MLFlowLogger):
     def log_metrics(self, metrics: Any, step: int | None = None) -> None:
         """A continued run logs a metric only at steps its history does not hold yet: the attempt that was killed
         may have logged steps after the checkpoint the resume restarts from, and the resume (bit-exact) logs them
-        again; MLflow keeps every write, so they would appear twice."""
-        if self.resumed and step is not None:
+        again; MLflow keeps every write, so they would appear twice. A branch skips the steps it copied."""
+        if step is not None and (self.resumed or self._steps_before_resume is not None):
             logged = self.steps_before_resume()
             metrics = {k: v for k, v in dict(metrics).items() if step not in logged.get(k, ())}
             if not metrics:
@@ -252,6 +241,16 @@ class RecipeLogger(MLFlowLogger):
                 self.experiment.log_batch(run_id=self.run_id, metrics=batch, synchronous=synchronous)
         except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
             self.store_failed(err)
+
+    def log_history(self, by_step: dict[int, dict[str, float]]) -> None:
+        """A branch's copy of the history before its step (``run_continuity.copy_history``): logged, then held like a
+        continued run's, so the resumed epoch's train metrics at a copied step are not logged twice."""
+        for step in sorted(by_step):
+            self.log_metrics(by_step[step], step)
+        held = self._steps_before_resume = self._steps_before_resume or {}
+        for step, values in by_step.items():
+            for key in values:
+                held.setdefault(key, set()).add(step)
 
     def steps_before_resume(self) -> dict[str, set[int]]:
         """The steps of every metric the continued run held when this process started writing to it."""

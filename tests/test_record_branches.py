@@ -53,6 +53,10 @@ def test_a_resume_from_an_older_checkpoint_is_a_new_run_linked_to_the_old_one(st
     history = {m.step: m.value for m in mlflow_client(store).get_metric_history(branch.info.run_id, "val/acc")}
     assert sorted(history) == [2, 5, 8, 11, 14]
     assert [history[2], history[5]] == [v for _, v in old_history[:2]]
+    client = mlflow_client(store)
+    for key in set(branch.data.metrics) - {"epoch"}:  # copied history, resumed epoch's train metrics: each step once
+        logged = [m.step for m in client.get_metric_history(branch.info.run_id, key)]
+        assert len(logged) == len(set(logged)), f"{key} logged twice at a step: {sorted(logged)}"
     assert torch.load(run_dir(store, branch.info.run_id) / "last.ckpt", weights_only=True)["loopwise"] == {
         "mlflow_run_id": branch.info.run_id, "experiment": "spiral_mlp", "step": "15"}  # fmt: skip
     # recipes compare shows it
