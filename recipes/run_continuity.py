@@ -87,7 +87,7 @@ class RunContinuity(Callback):
         run = tracked_run(trainer)
         if run is not None:
             self.tagged_step = self.saved_step
-            run.set_tag(CHECKPOINT_STEP_TAG, self.saved_step)
+            run.set_tag(CHECKPOINT_STEP_TAG, self.saved_step, synchronous=False)
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int

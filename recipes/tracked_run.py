@@ -65,12 +65,14 @@ class TrackedRun:
         """Log MLflow dataset inputs (``mlflow.entities.DatasetInput``) to the run."""
         self._write(lambda: self.logger.experiment.log_inputs(self.logger.run_id, datasets=inputs))
 
-    def set_tag(self, key: str, value: Any) -> None:
-        """Set one run tag (as a string)."""
+    def set_tag(self, key: str, value: Any, synchronous: bool = True) -> None:
+        """Set one run tag (as a string); with ``synchronous`` off, through MLflow's asynchronous queue (the journal
+        has it at once: a tag written on every checkpoint save keeps the training thread off the store)."""
         record = getattr(self.logger, "record", None)
         if callable(record):
             record("tags", values={key: str(value)})
-        self._write(lambda: self.logger.experiment.set_tag(self.logger.run_id, key, str(value)))
+        run_id, text = self.logger.run_id, str(value)
+        self._write(lambda: self.logger.experiment.set_tag(run_id, key, text, synchronous=synchronous))
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Write ``text`` as the run artifact ``artifact_file`` (also kept in the run's journal, when it has one:
