@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import warnings
 from datetime import datetime
 from pathlib import Path
 from collections.abc import Mapping
@@ -110,7 +111,11 @@ class RunCheckpoint(ModelCheckpoint):
             # under DDP only rank 0 knows the MLflow run id (other ranks' loggers have none): every rank takes
             # rank 0's directory, so the ranks agree on where best/last live (rank 0 writes the files)
             self.dirpath = trainer.strategy.broadcast(dirpath)
-        super().setup(trainer, pl_module, stage)
+        with warnings.catch_warnings():
+            # the folder is this run's own (its journal, lock and upload ledger, a resume's checkpoints): Lightning's
+            # "exists and is not empty" warning, meant for a folder shared by runs, said nothing on every fit
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+            super().setup(trainer, pl_module, stage)
 
     @property
     def path(self) -> Path | None:

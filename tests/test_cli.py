@@ -168,10 +168,12 @@ def test_checkpoint_loads_in_a_fresh_process_with_same_outputs(fitted, tmp_path)
 
 
 @pytest.mark.slow
-def test_second_run_with_another_lr_is_a_second_run(workdir):
+def test_second_run_with_another_lr_is_a_second_run(workdir, recwarn):
     args = ["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "2"]
     main(args)
     main([*args, "--model.init_args.optimizer.init_args.lr", "0.003"])
+    # each run's folder is its own: Lightning's warning about a folder that is not empty said nothing on every fit
+    assert not [w for w in recwarn if "exists and is not empty" in str(w.message)]
     runs = runs_of(workdir, "spiral_mlp")
     assert [r.data.params["lr"] for r in runs] == ["0.01", "0.003"]
     assert all(r.info.status == "FINISHED" for r in runs)
