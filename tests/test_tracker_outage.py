@@ -102,6 +102,15 @@ def start_fit(workdir: Path, server: Server, epochs: int) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def wait_for_marker(fit: subprocess.Popen, marker: Path, timeout_s: float = 120) -> None:
+    """Wait until ``marker`` exists while ``fit`` is still running (its stderr in the failure if it ended or timed
+    out)."""
+    deadline = time.monotonic() + timeout_s
+    while not marker.is_file():
+        assert fit.poll() is None and time.monotonic() < deadline, fit.communicate()[1][-3000:]
+        time.sleep(0.2)
+
+
 def store_warning_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "stopped accepting writes" in line]
 
@@ -153,10 +162,7 @@ def test_a_server_killed_mid_run_never_blocks_the_fit_and_sync_brings_its_checkp
 def test_a_sigterm_during_the_outage_ends_the_fit_within_seconds(workdir, server) -> None:
     fit = start_fit(workdir, server, epochs=200)
     try:
-        deadline = time.monotonic() + 120
-        while not (workdir / OUTAGE_MARKER).is_file():
-            assert fit.poll() is None and time.monotonic() < deadline, fit.communicate()[1][-3000:]
-            time.sleep(0.2)
+        wait_for_marker(fit, workdir / OUTAGE_MARKER)
         time.sleep(3)  # the run is in the outage: checkpoint saves and metric writes meet a dead server
         sent = time.monotonic()
         fit.send_signal(signal.SIGTERM)
@@ -190,10 +196,7 @@ def test_a_second_sigterm_ends_a_stuck_process_at_once(workdir) -> None:
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while not (workdir / "stuck.marker").is_file():
-            assert fit.poll() is None and time.monotonic() < deadline, fit.communicate()[1][-3000:]
-            time.sleep(0.2)
+        wait_for_marker(fit, workdir / "stuck.marker")
         fit.send_signal(signal.SIGTERM)  # honoured after the current batch: which never ends
         time.sleep(2)
         assert fit.poll() is None
