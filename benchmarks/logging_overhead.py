@@ -67,7 +67,7 @@ def instrument() -> None:
     """Time the training thread's MLflow logging calls: metrics, checkpoint hand-off, the LR monitor's hooks."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
-    from recipes.tracking import RecipeLogger
+    from recipes.tracking.logger import RecipeLogger
 
     for cls, names in ((RecipeLogger, ("log_metrics", "after_save_checkpoint")),
                        (LearningRateMonitor, ("on_train_batch_start", "on_train_epoch_start"))):

@@ -158,7 +158,7 @@ def saved_train_loader_states(checkpoint: dict[str, Any]) -> list[Any]:
 
     Lightning gives them back to the loaders only when ``FitLoop.setup_data`` runs after the loops were restored;
     ``trainer.estimated_stepping_batches`` read in ``configure_optimizers`` runs it before (Lightning issue 20550),
-    and the states are silently dropped: ``recipes.loader_resume`` loads them itself."""
+    and the states are silently dropped: ``recipes.callbacks.loader_resume`` loads them itself."""
     fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
     return list(fit_loop.get("state_dict", {}).get("combined_loader", []))
 

@@ -1,314 +1,22 @@
-"""The ``recipes`` command: LightningCLI with loopwise's defaults.
+"""The ``recipes`` command: ``main()`` and its table of commands.
 
-``recipes fit -c configs/spiral_mlp.yaml`` trains a recipe; ``validate``, ``test`` and ``predict`` evaluate a
-checkpoint (``--ckpt_path best|last|<file>|mlflow:<run id>/best|mlflow:<run id>/last``). Every run is tracked in
-MLflow (``./mlflow.db`` by default).
-
-``recipes fit --ckpt_path ...`` resumes training and continues the MLflow run stamped in the checkpoint (the run
-goes back to RUNNING and ends FINISHED; params changed since the first start are kept as ``loopwise.resumed.<param>``
-tags). ``validate``/``test``/``predict`` always make their own run.
+``fit``, ``validate``, ``test`` and ``predict`` run one recipe through ``recipes.run.recipes_cli.RecipesCLI``;
+``compare``, ``sweep`` and ``sync`` are commands of their own (``recipes.compare``, ``recipes.sweep``,
+``recipes.tracking.sync``), imported only when named so that ``import recipes.cli`` stays light.
 """
 
 from __future__ import annotations
 
 import sys
-import warnings
-from pathlib import Path
-from typing import Any
 
-from jsonargparse import Namespace
-from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-import datamodules  # noqa: F401  (registers the data modules for short class names)
-import lightning_modules  # noqa: F401  (registers the tasks for short class names)
-from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook
-from recipes.callbacks import LoopDoctor
-from recipes.checkpoint_files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
-from recipes.checkpoint_io import CheckpointDiskFull, with_atomic_checkpoint_io
-from recipes.checkpoint_locations import resolve_checkpoint
-from recipes.data_sizes import DataSizeError, DataSizes, data_size_error
-from recipes.device_settings import DeviceSettingError, apply_device_settings
-from recipes.evaluation_interruptions import EvaluationStopped
-from recipes.evaluation_link import link_evaluation_run
-from recipes.initial_weights_record import load_task_initial_weights
-from recipes.recipe_callbacks import RecipeRun, recipe_callbacks
-from recipes.recipe_options import add_recipe_options
-from recipes.recipe_trainer import RecipeTrainer
-from recipes.run_continuity import RESUMED_FROM_TAG as BRANCHED, continue_stamped_run
-from recipes.run_description import describe_command
-from recipes.run_lock import RunLocked, hold_run_lock, release_run_locks
-from recipes.run_record import RunRecord
-from recipes.split_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
-from recipes.sweep_trial import active_trial
-from recipes.tracking import TrackingServerUnreachable
-from recipes.learning_rate_check import check_learning_rate_args, check_learning_rates
-from recipes.trainer_settings import check_trainer_settings
-from recipes.tracking_config import (
-    RECIPE_LOGGER_CLASS_PATH,
-    configure_tracking,
-    experiment_name,
-    is_tracked,
-    prepare_tracking,
-    recipe_logger_config,
-    start_tracked_run,
-    tracking_uri,
-)
-
-# torch 2.13 deprecates an API that Lightning 2.6 calls on every step; the warning says nothing to a recipe user
-warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
-# evaluation runs restore weights only; the fit-time checkpoint callbacks they lack are irrelevant there
-warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`, callbacks used to create")
-INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, MisconfigurationException)  # CheckpointError is a ValueError
-
-
-class RecipeInputError(Exception):
-    """A config, data or checkpoint problem found before the training loop started."""
-
-
-def concise_error(err: BaseException) -> str:
-    """One readable message: jsonargparse's Union report cut down to the errors that are not 'not None'."""
-    text = str(err)
-    if "Does not validate against any of the Union subtypes" in text:
-        reasons = [
-            line.strip()[2:]
-            for line in text.splitlines()
-            if line.strip().startswith("- ") and "NoneType" not in line
-        ]
-        if reasons:
-            return "; ".join(reasons)
-    return f"{type(err).__name__}: {text}"
-
-
-def data_init_args(cfg: Namespace) -> dict[str, Any]:
-    """The data module's ``init_args`` of a parsed config, as a plain dict."""
-    data = cfg.get("data")
-    init_args = data.get("init_args") if isinstance(data, Namespace) else None
-    return init_args.as_dict() if isinstance(init_args, Namespace) else {}
-
-
-def loop_started(trainer: Trainer) -> bool:
-    """Whether any loop of ``trainer`` has started processing a batch."""
-    progresses = [
-        trainer.fit_loop.epoch_loop.batch_progress,
-        trainer.validate_loop.batch_progress,
-        trainer.test_loop.batch_progress,
-        trainer.predict_loop.batch_progress,
-    ]
-    return any(p.total.started > 0 for p in progresses)
-
-
-class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
-    """LightningCLI with MLflow tracking, per-run checkpoints and the loop's defaults switched on.
-
-    In order: parse (``add_arguments_to_parser``), check (``parse_arguments``: tracking, ``--ckpt_path``), build
-    (``before_instantiate_classes``: tracking store, devices; ``instantiate_trainer``: the checkpoint's weights
-    against the model, the recipe's callbacks, atomic checkpoint writes, the run's tags), run the subcommand.
-    Each step asks the module that owns that part of the config (``tracking_config``, ``checkpoint_files``,
-    ``checkpoint_locations``, ``run_continuity``, ``device_settings``, ``recipe_callbacks``).
-    """
-
-    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
-        self.checkpoint: CheckpointSummary | None = None  # the checked --ckpt_path, once parsed
-        self.data_changes: list[DataChange] = []  # evaluation on other data settings, allowed by the user
-        self.data_sizes = DataSizes()  # the network's sizes, linked from the data module
-        self.command_args = sys.argv[1:] if args is None else list(args)  # described in the run (run_description)
-        super().__init__(
-            model_class=None,
-            datamodule_class=None,
-            trainer_class=RecipeTrainer,  # its methods' docstrings: loopwise's --ckpt_path help
-            save_config_callback=RunRecord,
-            save_config_kwargs={"save_to_log_dir": False, "overwrite": True},
-            auto_configure_optimizers=False,
-            args=args,
-            run=run,
-        )
-
-    # --- parse ----------------------------------------------------------------------------------------------
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.set_defaults({"trainer.logger": {"class_path": RECIPE_LOGGER_CLASS_PATH}})
-        self.data_sizes.add_links(parser)
-        # the loop doctor's checks, each switchable from YAML (loop_doctor: {data_wait: false}) or the command line
-        parser.add_class_arguments(LoopDoctor, "loop_doctor", instantiate=False)
-        add_recipe_options(parser)
-
-    # --- check ----------------------------------------------------------------------------------------------
-    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        try:  # before jsonargparse, which reads `lr nan` as text and answers with a block about import paths
-            check_learning_rate_args(self.command_args)
-        except ValueError as err:
-            raise RecipeInputError(str(err)) from None
-        super().parse_arguments(parser, args)
-        cfg = self.subcommand_config
-        if cfg is None:
-            return
-        try:
-            check_trainer_settings(cfg)
-            check_learning_rates(cfg)
-            configure_tracking(cfg)
-        except (TrackingServerUnreachable, ValueError) as err:
-            raise RecipeInputError(str(err)) from None
-        if cfg.get("ckpt_path"):
-            self.checkpoint = self.check_checkpoint(cfg)
-            cfg["ckpt_path"] = self.checkpoint.path
-            self.data_changes = self.guard_split(cfg, self.checkpoint)
-            logger = recipe_logger_config(cfg)
-            if self.config.get("subcommand") == "fit" and logger is not None:
-                stamp, path = self.checkpoint.stamp, self.checkpoint.path
-                continue_stamped_run(logger, stamp, path, tracking_uri(cfg), cfg.get("checkpoints_dir"))
-                self.lock_resumed_run(cfg)
-
-    def lock_resumed_run(self, cfg: Namespace) -> None:
-        """A resumed run is resumed by one process at a time (rank 0 holds the lock for its DDP group)."""
-        logger = recipe_logger_config(cfg)
-        # a branch (a new run from an older checkpoint) holds its source run's lock: not while that run trains
-        run_id = logger and (logger.get("init_args.run_id") or (logger.get("init_args.tags") or {}).get(BRANCHED))
-        if not run_id or rank_zero_only.rank != 0:
-            return
-        try:
-            hold_run_lock(Path(cfg.checkpoints_dir) / experiment_name(cfg), str(run_id))
-        except RunLocked as err:
-            raise RecipeInputError(str(err)) from None
-
-    def check_checkpoint(self, cfg: Namespace) -> CheckpointSummary:
-        """``--ckpt_path`` resolved (``best``/``last`` among the tracked fit runs on this data, ``run:``,
-        ``mlflow:``, a file) and read once, weights only (an unsafe pickle is refused, never run), before any run is
-        made and before LightningCLI parses its hyperparameters into the config (``_parse_ckpt_path``, right after
-        this method): the class paths they name must be the config's (compared as text, nothing imported); its
-        weights are compared with the model once that is built (``instantiate_trainer``)."""
-        data_now = None if cfg.get("allow_data_change") else data_init_args(cfg)
-        try:
-            resolved = resolve_checkpoint(
-                cfg.ckpt_path, experiment_name(cfg), cfg.checkpoints_dir, tracking_uri(cfg), data_now
-            )
-            data = cfg.get("data")
-            data_class = data.get("class_path") if isinstance(data, Namespace) else None
-            return inspect_checkpoint(
-                resolved.path, self.config.get("subcommand"), data_class, resolved.loaded, cfg.get("model")
-            )
-        except (FileNotFoundError, CheckpointError) as err:
-            raise RecipeInputError(str(err)) from None
-
-    def guard_split(self, cfg: Namespace, checkpoint: CheckpointSummary) -> list[DataChange]:
-        """Evaluation on the data settings the checkpoint was trained with, or on others only when allowed."""
-        now = data_init_args(cfg)
-        stage = str(self.config.get("subcommand"))
-        if stage == "predict" and (now.get("predict_path") or now.get("prompt_path")):
-            return []  # new data (or prompts), encoded with the checkpoint's preprocessing: the split plays no part
-        try:
-            changes = guard_split(
-                checkpoint.path, stage, checkpoint.data_settings, now, bool(cfg.get("allow_data_change"))
-            )
-        except SplitChanged as err:
-            raise RecipeInputError(str(err)) from None
-        if changes and rank_zero_only.rank == 0:
-            print(
-                f"recipes: {stage} on other data settings than the checkpoint's, as allowed: "
-                + "; ".join(c.tag() for c in changes),
-                file=sys.stderr,
-            )
-        return changes
-
-    @property
-    def subcommand_config(self) -> Namespace | None:
-        """The parsed config of the chosen subcommand."""
-        sub = self.config.get("subcommand")
-        return self.config[sub] if sub else None
-
-    # --- build ----------------------------------------------------------------------------------------------
-    def before_instantiate_classes(self) -> None:
-        cfg = self.subcommand_config
-        assert cfg is not None
-        prepare_tracking(cfg)
-        evaluating = self.subcommand in ("validate", "test", "predict") and self.checkpoint is not None
-        self.data_sizes.remember(cfg, self.checkpoint.data_state if evaluating and self.checkpoint else None)
-        try:
-            apply_device_settings(cfg)
-        except DeviceSettingError as err:
-            raise RecipeInputError(str(err)) from None
-
-    def instantiate_classes(self) -> None:
-        try:
-            super().instantiate_classes()
-        except INPUT_ERRORS as err:
-            size_error = data_size_error(err)
-            if isinstance(size_error, DataSizeError):
-                raise RecipeInputError(str(size_error)) from err
-            raise RecipeInputError(concise_error(size_error or err)) from err
-        self.data_sizes.prune_hyperparameters(self.model)
-        cfg = self.subcommand_config
-        if cfg is not None and not cfg.get("ckpt_path"):  # a restored checkpoint brings its own weights
-            try:
-                load_task_initial_weights(self.model, experiment_name(cfg), cfg.checkpoints_dir, tracking_uri(cfg))
-            except INPUT_ERRORS as err:
-                raise RecipeInputError(str(err)) from None
-
-    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        cfg = self.subcommand_config
-        assert cfg is not None
-        if self.checkpoint is not None:
-            # before the trainer (and the MLflow run a resumed fit reopens): the wrong recipe's checkpoint is an input
-            # error, not Lightning's long RuntimeError from load_state_dict
-            check_state_dict_matches(self.checkpoint.path, self.checkpoint.shapes, self.model)
-        new_data = getattr(self.datamodule, "predicts_new_data", None)
-        if self.subcommand == "predict" and callable(new_data) and new_data():
-            try:  # the file to predict is read now: a bad one is an error before the run is made
-                self.datamodule.check_new_data()
-            except INPUT_ERRORS as err:
-                raise RecipeInputError(concise_error(err)) from err
-        self.trainer_defaults["callbacks"] = self.default_callbacks(cfg)
-        if cfg.get("trainer", Namespace()).get("enable_progress_bar") is None and not sys.stdout.isatty():
-            kwargs.setdefault("enable_progress_bar", False)
-        config_init = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        built = config_init.get("trainer", {})
-        plugins = with_atomic_checkpoint_io(built.get("plugins"), built.get("strategy"))
-        if plugins is not None:
-            kwargs.setdefault("plugins", plugins)
-        trainer = super().instantiate_trainer(**kwargs)
-        extra = {ALLOW_TAG: "; ".join(c.tag() for c in self.data_changes)} if self.data_changes else {}
-        if not (self.subcommand == "fit" and cfg.get("ckpt_path")):  # a resumed run keeps its first description
-            extra.update(describe_command(str(self.subcommand), self.command_args))
-        trial = active_trial()
-        if trial is not None and self.subcommand == "fit":
-            extra.update(trial.tags())  # a sweep's trial: nested under the sweep's parent run
-        start_tracked_run(trainer, cfg, self.subcommand, extra or None)
-        if self.subcommand != "fit" and self.checkpoint is not None:  # which training run this evaluates
-            link_evaluation_run(trainer, self.checkpoint.stamp, tracking_uri(cfg))
-        return trainer
-
-    def default_callbacks(self, cfg: Namespace) -> list[Callback]:
-        """Callbacks every recipe gets, in the order of ``recipes.recipe_callbacks.RECIPE_CALLBACKS``."""
-        return recipe_callbacks(self.recipe_run(cfg))
-
-    def recipe_run(self, cfg: Namespace) -> RecipeRun:
-        """What this run's callbacks are built from."""
-        return RecipeRun(
-            stage=self.subcommand,
-            experiment=experiment_name(cfg),
-            checkpoints_dir=cfg.checkpoints_dir,
-            monitor=getattr(self.model, "monitor", "val/loss"),
-            monitor_mode=getattr(self.model, "monitor_mode", "min"),
-            tracked=is_tracked(cfg),
-            early_stopping_patience=cfg.get("early_stopping_patience"),
-            predictions_path=cfg.get("predictions_path"),
-            loop_doctor=cfg.loop_doctor.as_dict() if self.subcommand == "fit" else None,
-            interactive=sys.stdout.isatty(),
-            mlflow_model=bool(cfg.get("mlflow_model", True)),
-            register_model=cfg.get("register_model"),
-            system_metrics_interval=float(cfg.get("system_metrics_interval") or 0.0),
-            checkpoint_every_n_steps=cfg.get("checkpoint_every_n_steps"),
-        )
-
-    # --- run --------------------------------------------------------------------------------------------------
-    def on_subcommand_error(self, subcommand: str, error: Exception) -> None:
-        """A config, data or checkpoint error before any loop started is an input error (one line, exit 2)."""
-        if isinstance(error, INPUT_ERRORS) and not loop_started(self.trainer):
-            raise RecipeInputError(concise_error(error)) from error
-        raise error
-
+from recipes.callbacks.stop_evaluation_on_signal import EvaluationStopped
+from recipes.checkpoints.atomic_io import CheckpointDiskFull
+from recipes.checkpoints.run_lock import release_run_locks
+from recipes.run.errors import RecipeInputError
+from recipes.run.recipes_cli import RecipesCLI
 
 COMMANDS = """recipes commands:
   fit        train a recipe:                   recipes fit -c configs/spiral_mlp.yaml
@@ -327,21 +35,21 @@ def main(args: list[str] | None = None) -> None:
 
     Config, data and checkpoint problems found before the loop starts end with one ``recipes: error:`` line and
     exit code 2; errors during training keep their traceback. SIGTERM / SIGINT during ``fit`` save ``last.ckpt``,
-    mark the MLflow run KILLED and exit 143 / 130. ``recipes compare ...`` compares runs (``recipes.compare``).
+    mark the MLflow run KILLED and exit 143 / 130. ``recipes compare ...`` compares runs (``recipes.compare.command``).
     """
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] in (["-h"], ["--help"]):
         print(COMMANDS)  # LightningCLI's help below lists only its own four
     if argv[:1] == ["compare"]:
-        from recipes.compare import main as compare_main
+        from recipes.compare.command import main as compare_main
 
         raise SystemExit(compare_main(argv[1:]))
     if argv[:1] == ["sweep"]:
-        from recipes.sweep import main as sweep_main
+        from recipes.sweep.command import main as sweep_main
 
         raise SystemExit(sweep_main(argv[1:]))
     if argv[:1] == ["sync"]:
-        from recipes.tracking_journal import main as sync_main
+        from recipes.tracking.sync import main as sync_main
 
         raise SystemExit(sync_main(argv[1:]))
     try:

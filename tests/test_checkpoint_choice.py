@@ -72,7 +72,7 @@ def fake_checkpoint(path: Path, score: float, epoch: int = 3) -> None:
 
 def test_a_damaged_best_ckpt_is_named_not_skipped_for_a_worse_run(tmp_path):
     """The better run's best.ckpt is damaged: `best` used to pick the worse run silently (issue 28, part 8a)."""
-    from recipes.checkpoint_choice import choose_checkpoint
+    from recipes.checkpoints.choice import choose_checkpoint
 
     root = tmp_path / "checkpoints"
     fake_checkpoint(root / "exp" / "worse" / "best.ckpt", 0.60)
@@ -94,7 +94,7 @@ def test_a_damaged_best_ckpt_is_named_not_skipped_for_a_worse_run(tmp_path):
 def test_a_damaged_last_ckpt_newer_than_the_chosen_one_is_named(tmp_path):
     import os
 
-    from recipes.checkpoint_choice import choose_checkpoint
+    from recipes.checkpoints.choice import choose_checkpoint
 
     root = tmp_path / "checkpoints"
     older, newer = root / "exp" / "older" / "last.ckpt", root / "exp" / "newer" / "last.ckpt"

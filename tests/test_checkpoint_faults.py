@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes.checkpoint_io import AtomicCheckpointIO
+from recipes.checkpoints.atomic_io import AtomicCheckpointIO
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO, SPIRAL, runs_of
 

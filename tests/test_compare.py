@@ -19,8 +19,8 @@ import pytest
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param
 from mlflow.tracking import MlflowClient
 
-from recipes.compare import main
-from recipes.compare_runs import FIT_RUN_TAG, STAGE_TAG
+from recipes.compare.command import main
+from recipes.compare.runs import FIT_RUN_TAG, STAGE_TAG
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 
 T0 = 1_700_000_000_000  # ms
@@ -289,9 +289,9 @@ def test_filter(store, capsys):
 
 # --- plot --------------------------------------------------------------------------------------------------------
 def test_plot_legend_shows_the_labels(store, capsys, workdir):
-    from recipes.compare import collect_tables, build_parser
-    from recipes.compare_filter import parse_filter
-    from recipes.compare_plot import plot_curves
+    from recipes.compare.command import collect_tables, build_parser
+    from recipes.compare.run_filter import parse_filter
+    from recipes.compare.plot import plot_curves
 
     for lr in ("0.1", "0.01"):
         store.run("first", {"lr": lr, "seed": 0}, {"val/acc": curve([0.5, 0.6])}, config=ACC_CONFIG)

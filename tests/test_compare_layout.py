@@ -7,13 +7,13 @@ from types import SimpleNamespace
 import pytest
 from mlflow.entities import Metric
 
-from recipes.compare_errors import CompareError
-from recipes.compare_filter import parse_filter, split_clauses
-from recipes.compare_labels import differing_params, run_labels, short_names, short_value
-from recipes.compare_metric import lower_is_better, summarize_history
-from recipes.compare_report import human_duration
-from recipes.compare_sort import parse_sort, sorted_order
-from recipes.compare_table import Column, render_table
+from recipes.compare.errors import CompareError
+from recipes.compare.run_filter import parse_filter, split_clauses
+from recipes.compare.labels import differing_params, run_labels, short_names, short_value
+from recipes.compare.metric import lower_is_better, summarize_history
+from recipes.compare.report import human_duration
+from recipes.compare.sort import parse_sort, sorted_order
+from recipes.compare.table import Column, render_table
 
 
 def fake_run(params: dict, run_id: str = "0" * 32, name: str = "r") -> SimpleNamespace:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.sqlite_store import prepare_sqlite_store, sqlite_database_path
+from recipes.tracking.sqlite_store import prepare_sqlite_store, sqlite_database_path
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from datamodules import SpiralDataModule, TabularDataModule
 from recipes.cli import main
-from recipes.data_inputs import split_record, stage_splits
+from recipes.tracking.dataset_inputs import split_record, stage_splits
 from tests.conftest import REPO, SPIRAL, runs_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -13,8 +13,9 @@ import yaml
 from torch import nn
 
 from lightning_modules import ClassificationModule
-from recipes.cli import RecipesCLI, main
-from recipes.data_sizes import SIZE_LINKS
+from recipes.cli import main
+from recipes.run.recipes_cli import RecipesCLI
+from recipes.run.data_sizes import SIZE_LINKS
 from tests.conftest import CONFIGS, REPO, SPIRAL, runs_of
 
 TABULAR = CONFIGS / "tabular_mlp.yaml"

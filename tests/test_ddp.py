@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from recipes.checkpoint_files import read_run_stamp
+from recipes.checkpoints.files import read_run_stamp
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
 

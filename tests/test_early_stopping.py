@@ -1,4 +1,4 @@
-"""Early stopping says why it stopped: one stderr line and the run tag (recipes/early_stopping.py)."""
+"""Early stopping says why it stopped: one stderr line and the run tag (recipes/callbacks/early_stopping.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from recipes.cli import main
-from recipes.early_stopping import TAG, RecipeEarlyStopping
+from recipes.callbacks.early_stopping import TAG, RecipeEarlyStopping
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from recipes.model_logging import MODEL_TAG
-from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal
+from recipes.predict.model_logging import MODEL_TAG
+from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal
 from tests.conftest import CONFIGS, REPO, runs_of
 from tests.test_exact_resume import LIMITS, fit, last_of
 from tests.test_exact_resume_tabular import ARGS, RECIPE, assert_ends_as_the_reference, reference  # noqa: F401
@@ -56,7 +56,7 @@ def checkpoint_os(kill_at, step, after=False):
     """Kill at checkpoint_io's call ``kill_at`` (fsync or replace) while it writes the checkpoint of ``step``."""
     import types
 
-    import recipes.checkpoint_io as io
+    import recipes.checkpoints.atomic_io as io
 
     saving = {}
     original_save = io.atomic_torch_save
@@ -128,8 +128,8 @@ add_callback(Kill())
     "during-journal-append": '''
 import json
 
-from recipes.model_logging import MODEL_TAG
-from recipes.tracking_journal import TrackingJournal
+from recipes.predict.model_logging import MODEL_TAG
+from recipes.tracking.journal import TrackingJournal
 
 _record = TrackingJournal.record
 
@@ -183,7 +183,7 @@ _LoggerConnector.update_train_epoch_metrics = update_train_epoch_metrics
 ''',
     # 11. training over: while the fitted model is logged to MLflow, and at the final status write
     "during-model-logging": '''
-from recipes.tracked_run import TrackedRun
+from recipes.tracking.tracked_run import TrackedRun
 
 TrackedRun.log_pyfunc_model = lambda *args, **kwargs: die()
 ''',

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from datamodules.resumable_loader import ResumableDataLoader
 from datamodules.samplers import ClassBalancedSampler, EpochRandomSampler, LengthBucketBatchSampler
-from recipes.loader_resume import LoaderPositionOnResume
+from recipes.callbacks.loader_resume import LoaderPositionOnResume
 
 LENGTHS = [(i * 7) % 23 + 1 for i in range(60)]
 

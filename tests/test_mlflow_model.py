@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from recipes.cli import main
-from recipes.model_logging import MODEL_TAG
+from recipes.predict.model_logging import MODEL_TAG
 from tests.conftest import CONFIGS, REPO, SPIRAL, runs_of
 
 TABULAR = CONFIGS / "tabular_mlp.yaml"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes.checkpoint_files import read_run_stamp
+from recipes.checkpoints.files import read_run_stamp
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 from tests.test_ddp import DDP, recipes_env
 

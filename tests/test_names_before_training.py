@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from recipes.cli import main
-from recipes.model_logging import check_registered_model_name
-from recipes.tracking_config import longest_experiment_name
+from recipes.predict.model_logging import check_registered_model_name
+from recipes.tracking.config import longest_experiment_name
 from tests.conftest import SPIRAL, runs_of
 
 QUICK = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]

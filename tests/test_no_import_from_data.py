@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from recipes.cli import main
-from recipes.compare import main as compare_main
+from recipes.compare.command import main as compare_main
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 
 TINY = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1"]
@@ -160,7 +160,7 @@ def test_compare_reads_a_runs_config_as_text(fitted, marker, capsys):
 def test_the_comparison_is_by_place_and_text():
     from jsonargparse import Namespace
 
-    from recipes.checkpoint_classes import foreign_class_paths
+    from recipes.checkpoints.classes import foreign_class_paths
 
     mlp = Namespace(class_path="lightning_modules.models.MLP", init_args=Namespace(hidden_sizes=[8]))
     config = Namespace(

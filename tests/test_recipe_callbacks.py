@@ -1,12 +1,12 @@
-"""The recipe's callbacks and their order come from one table (recipes/recipe_callbacks.py)."""
+"""The recipe's callbacks and their order come from one table (recipes/run/callback_table.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from recipes import cli
-from recipes.callback_group import CallbackGroup
-from recipes.recipe_callbacks import RECIPE_CALLBACKS, RecipeRun, callback_names, flat, recipe_callbacks
+from recipes.run.callback_group import CallbackGroup
+from recipes.run.callback_table import RECIPE_CALLBACKS, RecipeRun, callback_names, flat, recipe_callbacks
 
 from conftest import SPIRAL
 

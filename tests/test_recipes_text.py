@@ -20,7 +20,8 @@ import yaml
 from datamodules import CharLMDataModule, TextClassificationDataModule
 from datamodules.tokenizers import Vocabulary
 from lightning_modules import LanguageModelModule
-from recipes.cli import RecipesCLI, main
+from recipes.cli import main
+from recipes.run.recipes_cli import RecipesCLI
 from tests.conftest import CONFIGS, REPO, mlflow_client, runs_of
 
 DATA = REPO / "data"

@@ -19,9 +19,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from recipes.cli import main
-from recipes.compare_report import notes
-from recipes.compare_rows import build_table
-from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
+from recipes.compare.report import notes
+from recipes.compare.rows import build_table
+from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from tests.conftest import REPO, SPIRAL, mlflow_client, runs_of
 from tests.test_resume import TINY, fit, new_runs, run_dir, shared_store, steps, store  # noqa: F401 - fixtures
 
@@ -220,7 +220,7 @@ def test_an_older_checkpoint_is_told_by_the_journal_when_the_store_missed_the_la
     """A store that failed mid-run holds an older loopwise.checkpoint_step than the run's journal."""
     from jsonargparse import Namespace
 
-    from recipes.run_continuity import continue_stamped_run
+    from recipes.checkpoints.run_stamp import continue_stamped_run
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri)

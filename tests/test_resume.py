@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes.checkpoint_files import read_run_stamp
+from recipes.checkpoints.files import read_run_stamp
 from recipes.cli import main
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 
@@ -277,7 +277,7 @@ def test_a_resume_reads_the_checkpoint_once_before_lightning_restores_it(store, 
     monkeypatch.setattr(torch, "load", counting_load)
     fit("--trainer.max_epochs", "2", "--ckpt_path", str(last))
     ours = [name for name in readers if name.split(".")[0] in ("recipes", "lightning_modules", "datamodules")]
-    assert ours == ["recipes.checkpoint_files"], readers
+    assert ours == ["recipes.checkpoints.files"], readers
     assert any(name.startswith("lightning") for name in readers), readers
 
 

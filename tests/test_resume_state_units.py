@@ -1,6 +1,6 @@
 """Fast checks of what a mid-epoch checkpoint carries besides weights: the partial epoch's train metric state
 (``lightning_modules/epoch_metric_state.py``) and the plateau step (``lightning_modules/plateau_step.py``, and
-``recipes/plateau_resume.py`` for checkpoints written before it). End-to-end runs: tests/test_exact_resume_tabular.py.
+``recipes/callbacks/plateau_resume.py`` for checkpoints written before it). End-to-end runs: tests/test_exact_resume_tabular.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.epoch_metric_state import epoch_metric_state, restore_epoch_metric_state
 from lightning_modules.plateau_step import plateau_step_taken, plateau_steps_due
-from recipes.plateau_resume import PlateauStepOnResume
+from recipes.callbacks.plateau_resume import PlateauStepOnResume
 
 
 def collection() -> MetricCollection:

@@ -4,7 +4,7 @@ command-line overrides as the run's description and the ``loopwise.overrides`` t
 from __future__ import annotations
 
 from recipes.cli import main
-from recipes.run_description import describe_command, split_command_line
+from recipes.run.description import describe_command, split_command_line
 from tests.conftest import SPIRAL, runs_of
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from recipes.cli import main
-from recipes.run_lock import hold_run_lock, lock_path, release_run_locks
+from recipes.checkpoints.run_lock import hold_run_lock, lock_path, release_run_locks
 from tests.conftest import REPO, SPIRAL, runs_of
 
 

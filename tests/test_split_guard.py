@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recipes.cli import main
-from recipes.split_guard import DataChange, SplitChanged, data_changes, guard_split
+from recipes.checkpoints.data_guard import DataChange, SplitChanged, data_changes, guard_split
 from tests.conftest import SPIRAL, runs_of
 
 TINY = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]

@@ -43,7 +43,7 @@ class Recorder(Logger):
 
 
 class EpochLines(L.Callback):
-    """What ``recipes.progress.EpochSummary`` prints: the callback metrics at each epoch end."""
+    """What ``recipes.callbacks.epoch_summary.EpochSummary`` prints: the callback metrics at each epoch end."""
 
     def __init__(self) -> None:
         self.epochs: list[dict[str, float]] = []

@@ -14,7 +14,7 @@ import pytest
 from lightning.pytorch.callbacks import Callback
 
 from recipes.cli import main
-from recipes.tracking_journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
+from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from tests.conftest import REPO, SPIRAL
 
 

@@ -12,12 +12,12 @@ import time
 import mlflow
 import pytest
 
-from recipes.sqlite_store import prepare_sqlite_store
+from recipes.tracking.sqlite_store import prepare_sqlite_store
 from tests.conftest import REPO
 
 CHILD = """
 import sys
-from recipes.sqlite_store import prepare_sqlite_store
+from recipes.tracking.sqlite_store import prepare_sqlite_store
 import mlflow.store.db.utils  # imported before the signal can come: the interruption lands in the creation
 print("creating", flush=True)
 prepare_sqlite_store(sys.argv[1], "e")

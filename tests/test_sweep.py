@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from recipes.cli import main
-from recipes.compare import main as compare_main
+from recipes.compare.command import main as compare_main
 from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -80,7 +80,7 @@ def test_trials_nest_under_one_parent_the_study_continues_and_best_yaml_reproduc
 
 @pytest.mark.slow
 def test_a_pruned_trial_stops_after_its_validation_and_its_run_is_killed(workdir, monkeypatch, capsys):
-    import recipes.sweep_study as sweep_study
+    import recipes.sweep.study as sweep_study
 
     monkeypatch.setattr(sweep_study, "make_pruner", lambda name: optuna.pruners.ThresholdPruner(lower=0.999))
     assert sweep("--n_trials", "2") == 1  # nothing completed
@@ -162,7 +162,7 @@ def test_two_workers_share_one_study_and_one_parent_run(workdir):
 
 
 def test_ctrl_c_ends_the_trial_and_the_sweep_and_the_same_command_continues(workdir, monkeypatch, capsys):
-    import recipes.sweep_runner as runner
+    import recipes.sweep.runner as runner
 
     real = runner.run_trial
     monkeypatch.setattr(runner, "run_trial", lambda fit_args, active: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -205,8 +205,8 @@ def test_under_ddp_rank_0_samples_every_process_trains_the_same_values_in_one_ru
 def test_the_pruning_decision_of_rank_0_reaches_every_process():
     from types import SimpleNamespace
 
-    from recipes.sweep_pruning import TrialPruning
-    from recipes.sweep_trial import ActiveTrial
+    from recipes.sweep.pruning import TrialPruning
+    from recipes.sweep.trial import ActiveTrial
 
     class Strategy:
         def __init__(self, decision):
@@ -240,8 +240,8 @@ def test_every_sweep_file_runs_a_trial_of_its_recipe(workdir, sweep_file):
 def test_the_objective_is_the_tasks_monitor_in_its_direction_unless_chosen(workdir):
     from argparse import Namespace as Options
 
-    from recipes.sweep import objective_of, parsed_fit_config
-    from recipes.sweep_space import read_sweep_file
+    from recipes.sweep.command import objective_of, parsed_fit_config
+    from recipes.sweep.space import read_sweep_file
 
     space = read_sweep_file(SWEEP)
     none = Options(metric=None, direction=None)

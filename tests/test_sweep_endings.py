@@ -12,7 +12,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from recipes.abandoned_runs import close_abandoned_runs
+from recipes.tracking.abandoned_runs import close_abandoned_runs
 from tests.conftest import REPO, SPIRAL, runs_of
 from tests.test_sweep import SWEEP, study_of, sweep
 
@@ -93,7 +93,7 @@ def test_sigterm_ends_the_sweep_with_143_and_closes_its_trial_and_parent_runs(wo
 def test_a_parent_run_is_closed_only_when_none_of_its_workers_may_still_work(workdir, workers, closed):
     import socket
 
-    from recipes.abandoned_runs import WORKER_TAG_PREFIX
+    from recipes.tracking.abandoned_runs import WORKER_TAG_PREFIX
     from tests.conftest import mlflow_client
 
     host = socket.gethostname()

@@ -223,7 +223,7 @@ SQLALCHEMY_READ_ONLY = (
 def test_a_read_only_store_is_one_warning_line_that_says_so_and_what_to_do(tmp_path) -> None:
     from mlflow.exceptions import MlflowException
 
-    from recipes.tracking import RecipeLogger
+    from recipes.tracking.logger import RecipeLogger
 
     logger = RecipeLogger(experiment_name="e", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     with warnings.catch_warnings(record=True) as caught:
@@ -240,7 +240,7 @@ def test_a_read_only_store_is_one_warning_line_that_says_so_and_what_to_do(tmp_p
 
 
 def test_a_long_server_error_is_cut_at_a_word_not_mid_word(tmp_path) -> None:
-    from recipes.tracking import RecipeLogger
+    from recipes.tracking.logger import RecipeLogger
 
     logger = RecipeLogger(experiment_name="e", tracking_uri="http://127.0.0.1:9")
     reason = "API request to endpoint /api/2.0/mlflow/runs/log-batch failed with error code 503 " + "overloaded " * 60
@@ -276,7 +276,7 @@ def test_a_store_read_only_before_the_run_is_one_error_line_and_nothing_trained(
 def test_sync_uploads_only_the_checkpoint_versions_the_run_lacks(tmp_path) -> None:
     import mlflow
 
-    from recipes.checkpoint_upload import LEDGER_NAME, UploadLedger, file_identity, upload_missing_checkpoints
+    from recipes.tracking.uploads import LEDGER_NAME, UploadLedger, file_identity, upload_missing_checkpoints
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("e", artifact_location=str(tmp_path / "art"))).info.run_id

@@ -16,14 +16,11 @@ import torch
 from datamodules import SpiralDataModule
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
-from recipes.checkpoint_upload import CheckpointUploader
-from recipes.checkpoint_locations import RunCheckpoint
-from recipes.tracking import (
-    RecipeLogger,
-    TrackingServerUnreachable,
-    check_tracking_server,
-    short_reason,
-)
+from recipes.tracking.uploads import CheckpointUploader
+from recipes.checkpoints.run_checkpoint import RunCheckpoint
+from recipes.tracking.logger import RecipeLogger
+from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server
+from recipes.tracking.failures import short_reason
 
 from conftest import mlflow_client
 
@@ -115,7 +112,7 @@ def test_a_deferred_file_replaced_by_a_newer_version_is_skipped_quietly(tmp_path
     """A trainer that keeps one best file under changing names (ModelCheckpoint's epoch=N files) submits the new file,
     then deletes the old one, possibly while the worker is about to copy the old one: the newer version goes out,
     with no warning; a file that is gone with nothing newer waiting is still a warning."""
-    import recipes.checkpoint_upload as checkpoint_upload
+    import recipes.tracking.uploads as checkpoint_upload
 
     sent: list[bytes] = []
     uploader = CheckpointUploader(lambda local, name: sent.append(Path(local).read_bytes()), 0.3)
@@ -155,7 +152,7 @@ def test_a_copy_during_which_the_file_changed_is_copied_again_not_uploaded(tmp_p
     """A writer that is not atomic (Lightning's ModelCheckpoint moves its temp file into place, a copy across
     filesystems) can overlap a copy and tear it: a copy during which the file changed is dropped and the file
     copied again, both on the training thread (a due save) and in the worker (a deferred one)."""
-    import recipes.checkpoint_upload as checkpoint_upload
+    import recipes.tracking.uploads as checkpoint_upload
 
     sent: list[bytes] = []
     uploader = CheckpointUploader(lambda local, name: sent.append(Path(local).read_bytes()), 3600)
@@ -343,7 +340,7 @@ def test_short_reason_keeps_the_errno_part() -> None:
 
 
 def test_async_logging_buffers_writes_unless_the_user_chose(workdir: Path, monkeypatch) -> None:
-    from recipes.tracking import ASYNC_BUFFER_ENV
+    from recipes.tracking.logger import ASYNC_BUFFER_ENV
 
     monkeypatch.delenv(ASYNC_BUFFER_ENV, raising=False)
     RecipeLogger(experiment_name="buffered")
@@ -360,7 +357,7 @@ def test_async_logging_uses_one_worker_thread_unless_the_user_chose(workdir: Pat
     import collections
     import threading
 
-    from recipes.tracking import ASYNC_POOL_ENV
+    from recipes.tracking.logger import ASYNC_POOL_ENV
 
     monkeypatch.delenv(ASYNC_POOL_ENV, raising=False)
     logger = RecipeLogger(experiment_name="pool")

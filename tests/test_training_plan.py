@@ -5,13 +5,13 @@ from __future__ import annotations
 import lightning as L
 import pytest
 
-import recipes.training_plan as training_plan
+import recipes.callbacks.training_plan as training_plan
 from datamodules import SpiralDataModule
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
 from lightning_modules.optim import WarmupCosine
 from recipes.callbacks import TrainingPlan, TrainingPlanWarning, plan_training
-from recipes.tracking import RecipeLogger
+from recipes.tracking.logger import RecipeLogger
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread

@@ -169,7 +169,7 @@ def test_true_false_in_a_train_file_is_categorical_or_an_error_when_declared_num
 def test_a_cut_checkpoint_is_truncated_or_corrupt_whatever_its_size(tmp_path, size):
     import torch
 
-    from recipes.checkpoint_files import CheckpointError, load_checkpoint_weights_only
+    from recipes.checkpoints.files import CheckpointError, load_checkpoint_weights_only
 
     full = tmp_path / "full.ckpt"
     torch.save({"state_dict": {"w": torch.randn(200, 200)}, "epoch": 3}, full)
@@ -186,7 +186,7 @@ def test_a_cut_checkpoint_is_truncated_or_corrupt_whatever_its_size(tmp_path, si
 def test_a_zip_that_is_no_torch_file_is_not_called_truncated(tmp_path):
     import zipfile
 
-    from recipes.checkpoint_files import CheckpointError, load_checkpoint_weights_only
+    from recipes.checkpoints.files import CheckpointError, load_checkpoint_weights_only
 
     other = tmp_path / "other.ckpt"
     with zipfile.ZipFile(other, "w") as archive:
@@ -226,7 +226,7 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_previo
 
     import torch
 
-    from recipes.checkpoint_io import AtomicCheckpointIO, CheckpointDiskFull
+    from recipes.checkpoints.atomic_io import AtomicCheckpointIO, CheckpointDiskFull
 
     target = tmp_path / "run" / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(10)}, "global_step": 1}, target)
@@ -251,7 +251,7 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_previo
 def test_a_torch_write_error_with_room_on_the_disk_is_not_called_disk_full(tmp_path, monkeypatch):
     import torch
 
-    from recipes.checkpoint_io import AtomicCheckpointIO, CheckpointDiskFull
+    from recipes.checkpoints.atomic_io import AtomicCheckpointIO, CheckpointDiskFull
 
     target = tmp_path / "last.ckpt"
     monkeypatch.setattr(torch, "save", fail_on_files(torch.save, RuntimeError("unexpected pos 10 vs 5")))

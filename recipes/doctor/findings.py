@@ -14,7 +14,7 @@ from typing import NoReturn
 import lightning.pytorch as pl
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from recipes.tracked_run import tracked_run
+from recipes.tracking.tracked_run import tracked_run
 
 # MLflow keeps tag values short: longer messages are cut to this many characters
 TAG_LIMIT = 500

@@ -1,0 +1,110 @@
+"""Where a recipe's checkpoints live: ``<checkpoints_dir>/<experiment>/<run id>/{best,last}.ckpt``, and what
+``--ckpt_path best|last|run:<run id>/best|last|mlflow:<run id>/best|last|<file>`` points at."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+from recipes.checkpoints.choice import choose_checkpoint
+from recipes.tracking.recreated_runs import current_run_id
+from recipes.checkpoints.run_checkpoint import ALIASES
+from recipes.tracking.logger import CHECKPOINT_ARTIFACT_DIR
+from recipes.tracking.uris import default_tracking_uri
+
+MLFLOW_REF = re.compile(r"^mlflow:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
+RUN_REF = re.compile(r"^run:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
+
+
+def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_uri: str | None = None) -> str:
+    """Download ``checkpoints/<alias>.ckpt`` of an MLflow run to a fresh directory.
+
+    The file lands in ``<root>/<experiment>/<run_id>/downloaded/<alias>-<random>/checkpoints/<alias>.ckpt``, a new
+    directory every time, so it never overwrites a file (nor the run's own ``best.ckpt``/``last.ckpt``).
+    Raises ``FileNotFoundError`` when the run or the artifact does not exist. The old id of a run that ``recipes
+    sync`` recreated names the recreated run.
+    """
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    uri = tracking_uri or default_tracking_uri()
+    ref = f"--ckpt_path mlflow:{run_id}/{alias}"
+    client = MlflowClient(uri)
+    run_id = current_run_id(client, run_id) or run_id  # a run `recipes sync` recreated is found by its old id
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as err:
+        raise FileNotFoundError(f"{ref}: no MLflow run {run_id!r} in {uri}") from err
+    artifact = f"{CHECKPOINT_ARTIFACT_DIR}/{alias}.ckpt"
+    present = {a.path for a in client.list_artifacts(run_id, CHECKPOINT_ARTIFACT_DIR)}
+    if artifact not in present:
+        has = ", ".join(sorted(present)) or "no checkpoints"
+        raise FileNotFoundError(f"{ref}: run {run_id} has no artifact {artifact} ({has})")
+    experiment = client.get_experiment(run.info.experiment_id)
+    name = experiment.name if experiment is not None else "unknown"
+    base = Path(root) / name / run_id / "downloaded"
+    base.mkdir(parents=True, exist_ok=True)
+    target = tempfile.mkdtemp(prefix=f"{alias}-{datetime.now().strftime('%Y%m%d-%H%M%S')}-", dir=base)
+    try:
+        local = client.download_artifacts(run_id, artifact, target)
+    except (MlflowException, OSError) as err:
+        raise FileNotFoundError(f"{ref}: could not download {artifact}: {err}") from err
+    return str(Path(local).resolve())
+
+
+@dataclass(frozen=True)
+class ResolvedCheckpoint:
+    """The file a ``--ckpt_path`` reference names, and its content when resolving it read the file already."""
+
+    path: str
+    loaded: Any = None
+
+
+def resolve_checkpoint(
+    ckpt_path: str,
+    experiment: str,
+    root: str | Path,
+    tracking_uri: str | None = None,
+    data_now: Mapping[str, Any] | None = None,
+) -> ResolvedCheckpoint:
+    """Turn a ``--ckpt_path`` reference into a checkpoint file and check that it exists:
+
+    * ``best`` / ``last``: chosen among the experiment's tracked fit runs (``checkpoint_choice``; candidates whose
+      data settings differ from ``data_now`` are skipped); the choice is printed.
+    * ``run:<run id>/best|last``: that run's local file; ``mlflow:<run id>/best|last``: a downloaded copy of that
+      run's checkpoint artifact; anything else: a file path.
+
+    Raises ``FileNotFoundError`` naming what was looked for.
+    """
+    ref = MLFLOW_REF.match(ckpt_path)
+    if ref is not None:
+        return ResolvedCheckpoint(download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri))
+    if ckpt_path.startswith("mlflow:"):
+        raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected mlflow:<run id>/best or mlflow:<run id>/last")
+    ref = RUN_REF.match(ckpt_path)
+    if ref is not None:
+        path = Path(root) / experiment / ref["run_id"] / f"{ref['alias']}.ckpt"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"--ckpt_path {ckpt_path}: no {path.resolve()} (a run of experiment {experiment!r} under "
+                f"{Path(root).resolve()}; mlflow:{ref['run_id']}/{ref['alias']} fetches the run's uploaded copy)"
+            )
+        return ResolvedCheckpoint(str(path.resolve()))
+    if ckpt_path.startswith("run:"):
+        raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected run:<run id>/best or run:<run id>/last")
+    if ckpt_path in ALIASES:
+        choice = choose_checkpoint(ckpt_path, experiment, root, tracking_uri or default_tracking_uri(), data_now)
+        if rank_zero_only.rank == 0:
+            print(f"recipes: --ckpt_path {ckpt_path} = {choice.path} ({choice.description})", flush=True)
+        return ResolvedCheckpoint(choice.path, choice.checkpoint)
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--ckpt_path: checkpoint file not found: {path.resolve()}")
+    return ResolvedCheckpoint(str(path.resolve()))

@@ -1,0 +1,138 @@
+"""``recipes predict`` output: one CSV row per sample, also logged to the MLflow run."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Sequence
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch import Tensor
+
+from recipes.tracking.tracked_run import tracked_run
+
+
+def prediction_table(pl_module: Any, datamodule: Any, outputs: Tensor) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of the predictions CSV: the id column (the data module's ``id_name``, e.g. ``row`` or
+    ``path``, from its ``prediction_ids``), then the task's ``prediction_columns`` (``prediction``,
+    ``prob_<class>``), or ``output_0..k`` for a task without them."""
+    describe = getattr(pl_module, "prediction_columns", None)
+    columns = describe(outputs, datamodule) if callable(describe) else None
+    if columns is None:
+        width = outputs.shape[1]
+        names = ["output"] if width == 1 else [f"output_{i}" for i in range(width)]
+        columns = {name: outputs[:, i].tolist() for i, name in enumerate(names)}
+    ids = list(getattr(datamodule, "prediction_ids", None) or [])
+    id_name = str(getattr(datamodule, "id_name", "row"))
+    if len(ids) != len(outputs):
+        ids, id_name = list(range(len(outputs))), "row"
+    header = [id_name, *columns]
+    rows = [list(row) for row in zip(ids, *columns.values())]
+    return header, rows
+
+
+class PredictionCsvWriter(BasePredictionWriter):
+    """Write the module's predictions to ``path`` as CSV: one row per sample in the order of the data, an id
+    column (``row``: the sample's row in its file, from 0; ``path`` for image files), then the task's
+    ``prediction_columns``: ``prediction`` (class name, or value in target units) and ``prob_<class>`` per class.
+
+    Under DDP every rank predicts its own share of the samples: rank 0 gathers them all and writes one row per
+    sample in the order of the data set (by the sample indices Lightning records).
+
+    Args:
+        path: CSV file to write; an existing file is never overwritten (a numbered name is used instead).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(write_interval="epoch")
+        self.path = Path(path)
+        self.written: Path | None = None
+
+    def write_on_epoch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        predictions: Sequence[Any],
+        batch_indices: Sequence[Any] | None,
+    ) -> None:
+        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        rows = [torch.as_tensor(b).detach().cpu().reshape(len(b), -1) for b in batches]
+        outputs = torch.cat(rows) if rows else None
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            outputs = gather_in_sample_order(outputs, batch_indices)  # a collective: every rank takes part
+        if not trainer.is_global_zero or outputs is None:
+            return
+        target = self.path
+        n = 1
+        while target.exists():
+            target = self.path.with_name(f"{self.path.stem}-{n}{self.path.suffix}")
+            n += 1
+        target.parent.mkdir(parents=True, exist_ok=True)
+        header, rows = prediction_table(pl_module, trainer.datamodule, outputs)
+        with target.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(header)
+            writer.writerows(rows)
+        self.written = target
+        print(f"predictions: {len(outputs)} rows -> {target}")
+        run = tracked_run(trainer)
+        if run is not None:
+            run.log_file(str(target), "predictions")
+
+
+def gather_in_sample_order(outputs: Tensor | None, batch_indices: Sequence[Any] | None) -> Tensor | None:
+    """The prediction rows of all ranks, one per sample index, sorted by index (every rank gets the result).
+
+    Args:
+        outputs: This rank's rows, in the order of its batches (``None`` when it predicted nothing).
+        batch_indices: The sample indices of this rank's batches as Lightning passes them to a prediction writer
+            (one list of batches per dataloader, or one list of batches).
+    """
+    batches = batch_indices[0] if batch_indices and batch_indices[0] and isinstance(batch_indices[0][0], list) else (
+        batch_indices or []
+    )
+    indices = [int(i) for batch in batches for i in batch]
+    count = 0 if outputs is None else len(outputs)
+    if len(indices) != count:
+        raise RuntimeError(
+            f"PredictionCsvWriter: this rank has {count} prediction rows but {len(indices)} sample indices, so the "
+            "rows of the ranks cannot be put in order; predict on one device (leave out configs/trainer/ddp.yaml)"
+        )
+    shares: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, (indices, outputs))
+    by_index: dict[int, Tensor] = {}
+    for share_indices, share_outputs in shares:
+        for position, index in enumerate(share_indices):
+            by_index.setdefault(index, share_outputs[position])  # a sampler that pads repeats some samples
+    if not by_index:
+        return None
+    return torch.stack([by_index[i] for i in sorted(by_index)])
+
+
+@torch.no_grad()
+def predict_frame(task: pl.LightningModule, datamodule: Any, frame: Any) -> Any:
+    """The predictions table of raw rows without a Trainer (the MLflow model's ``predict``): the data module's
+    ``frame_data`` preprocesses them as at training time, the task's ``predict_step`` runs in eval mode batch by
+    batch, and the columns are those of ``recipes predict``'s CSV. Returns a pandas DataFrame."""
+    import pandas as pd
+
+    dataset, ids = datamodule.frame_data(frame)
+    loader = datamodule.inference_loader(dataset)
+    was_training = task.training
+    task.eval()
+    try:
+        device = next(task.parameters()).device
+        batches = []
+        for index, batch in enumerate(loader):
+            batch = task.transfer_batch_to_device(batch, device, 0)
+            out = torch.as_tensor(task.predict_step(batch, index)).detach().cpu()
+            batches.append(out.reshape(len(out), -1))
+    finally:
+        task.train(was_training)
+    outputs = torch.cat(batches) if batches else torch.empty(0, 1)
+    datamodule.prediction_ids = ids
+    header, rows = prediction_table(task, datamodule, outputs)
+    return pd.DataFrame(rows, columns=header)

@@ -1,0 +1,83 @@
+"""A task's ``init_from`` in a recipe: fetched when it names a tracked run, loaded before anything runs, recorded.
+
+``load_task_initial_weights`` runs right after the task is built, for a command that restores no checkpoint:
+``mlflow:<run id>/best|last`` (a downloaded copy of that run's checkpoint) and ``run:<run id>/best|last`` (a run of
+this experiment under the checkpoints folder) become a file, and the weights are loaded there, so a wrong file, key
+or shape is one ``recipes: error:`` line before the data is read. ``InitialWeightsRecord`` writes what was loaded
+to the MLflow run (``init_from.json``, params ``init_from.*``, tag ``loopwise.init_from``) and, for a task with a
+freeze schedule, the trainable parameter count at each epoch start (metric ``trainable_parameters``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+from lightning_modules.fine_tuning import TRACKED_REFERENCE_PREFIXES
+from recipes.checkpoints.locations import resolve_checkpoint
+from recipes.tracking.tracked_run import tracked_run
+
+
+def load_task_initial_weights(
+    model: Any, experiment: str, checkpoints_dir: str | Path, tracking_uri: str | None = None
+) -> str | None:
+    """Load the task's ``init_from`` now (fetching a tracked run's checkpoint); returns the report's summary line,
+    ``None`` when the task has no ``init_from``."""
+    fine_tuning = getattr(model, "fine_tuning", None)
+    spec = getattr(fine_tuning, "initial_weights", None)
+    if spec is None:
+        return None
+    local = None
+    if spec.path.startswith(TRACKED_REFERENCE_PREFIXES):
+        try:
+            local = resolve_checkpoint(spec.path, experiment, checkpoints_dir, tracking_uri).path
+        except FileNotFoundError as err:
+            raise FileNotFoundError(str(err).replace("--ckpt_path", "init_from")) from None
+    report = model.load_initial_weights(local)
+    return report.summary() if report is not None else None
+
+
+class InitialWeightsRecord(Callback):
+    """Record a task's initial weights and trainable parameters in the MLflow run (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.recorded = False
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        fine_tuning = getattr(pl_module, "fine_tuning", None)
+        report = getattr(pl_module, "weights_report", None)
+        if fine_tuning is None or self.recorded or not trainer.is_global_zero:
+            return
+        self.recorded = True
+        if report is not None:
+            print(f"recipes: {report.summary()}", flush=True)
+        run = tracked_run(trainer)
+        if run is None:
+            return
+        settings = fine_tuning.describe()
+        if settings:
+            run.log_params_once({k: v if isinstance(v, (int, float, str)) else json.dumps(v)
+                                 for k, v in settings.items()})
+        if report is not None:
+            run.log_text(json.dumps(report.as_dict(), indent=1), "init_from.json")
+            run.log_params_once({"init_from.loaded_tensors": len(report.loaded),
+                                 "init_from.missing": len(report.missing),
+                                 "init_from.unexpected": len(report.unexpected),
+                                 "init_from.mismatched": len(report.mismatched)})
+            run.set_tag("loopwise.init_from", report.source)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        fine_tuning = getattr(pl_module, "fine_tuning", None)
+        if getattr(fine_tuning, "freeze_schedule", None) is None:
+            return
+        # from the schedule, not requires_grad: the schedule (a model callback) runs its epoch-start hook after this one
+        trainable = [t for start, t, _ in fine_tuning.phases() if start <= trainer.current_epoch][-1]
+        for logger in trainer.loggers:
+            logger.log_metrics({"trainable_parameters": float(trainable)}, step=trainer.global_step)
+
+
+__all__ = ["InitialWeightsRecord", "load_task_initial_weights"]

@@ -1,0 +1,1 @@
+"""``recipes sweep``: an Optuna study whose trials are recipe fits, nested under one MLflow parent run."""

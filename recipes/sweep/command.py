@@ -1,0 +1,142 @@
+"""``recipes sweep``: a hyperparameter search on Optuna where every trial is a full ``recipes fit``.
+
+    recipes sweep -c configs/spiral_mlp.yaml -c configs/sweeps/spiral_mlp.yaml --n_trials 20
+    recipes sweep ... --study_name spiral-lr --storage postgresql://user:pw@db/optuna   # one study, many machines
+
+The ``-c`` file with a ``sweep:`` section is the search space (``recipes.sweep.space``); every other argument goes
+to each trial's ``recipes fit`` unchanged, followed by the trial's sampled values. The objective is the best value
+of the task's monitored metric over the trial's validations (``--metric``/``--direction`` or the sweep file
+choose another); the sampler is Optuna's TPE, seeded from ``seed_everything`` and the trial number (the same
+command samples the same values; several workers sample different ones); the pruner (median by default) stops a
+trial whose validations fall behind. ``--n_trials`` counts the study's trials, so running the command again, or in
+several processes or machines on one ``--storage``, adds trials to the same study until it has that many.
+
+In MLflow the sweep is one parent run (``loopwise.stage`` sweep: its settings, the search space, the best value
+and params, trial counts, parameter importances, ``best.yaml``) and every trial a child run with the complete
+record of a recipe fit. ``best.yaml``, the best trial's complete config, lands beside the study: ``recipes fit -c
+best.yaml`` trains the best trial again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from jsonargparse import Namespace
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+PROG = "recipes sweep"
+
+
+class SweepError(Exception):
+    """A sweep that cannot start: one ``recipes sweep: error:`` line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], add_help=True)
+    parser.add_argument("-c", "--config", action="append", default=[], metavar="FILE",
+                        help="a recipe config (passed to every trial) or the sweep file (a 'sweep:' section)")
+    parser.add_argument("--n_trials", type=int, default=20, help="trials of the study in all (default: 20)")
+    parser.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
+    parser.add_argument("--study_name", default=None, help="default: <experiment>-sweep")
+    parser.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///./optuna.db)")
+    parser.add_argument("--metric", default=None, help="objective (default: the sweep file's, else the task's monitor)")
+    parser.add_argument("--direction", choices=("minimize", "maximize"), default=None)
+    parser.add_argument("--pruner", choices=("median", "percentile", "hyperband", "none"), default=None)
+    return parser
+
+
+def split_arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str], str]:
+    """(sweep options, the arguments of every trial's ``recipes fit``, the sweep file)."""
+    from recipes.sweep.space import is_sweep_file  # noqa: PLC0415
+
+    options, rest = build_parser().parse_known_args(argv)
+    sweep_files = [c for c in options.config if is_sweep_file(c)]
+    configs = [c for c in options.config if c not in sweep_files]
+    if len(sweep_files) != 1:
+        found = f"got {len(sweep_files)}: {sweep_files}" if sweep_files else "none of the -c files has a 'sweep:' section"
+        raise SweepError(f"name exactly one sweep file (-c configs/sweeps/<recipe>.yaml); {found}")
+    if not configs:
+        raise SweepError("name the recipe: -c configs/<recipe>.yaml before the sweep file")
+    if options.n_trials < 1:
+        raise SweepError(f"--n_trials must be >= 1, got {options.n_trials}")
+    fit_args = [a for c in configs for a in ("-c", c)] + ["--mlflow_model=false"] + rest
+    return options, fit_args, sweep_files[0]
+
+
+def parsed_fit_config(fit_args: list[str]) -> Namespace:
+    """The config every trial starts from, parsed as ``recipes fit`` parses it (nothing built or tracked)."""
+    from recipes.run.errors import RecipeInputError  # noqa: PLC0415
+    from recipes.run.recipes_cli import RecipesCLI  # noqa: PLC0415
+
+    class Parsed(Exception):  # noqa: N818 - a signal, not an error
+        def __init__(self, config: Namespace) -> None:
+            self.config = config
+
+    class ParseOnly(RecipesCLI):
+        def before_instantiate_classes(self) -> None:
+            raise Parsed(self.config[self.subcommand])
+
+    try:
+        ParseOnly(args=["fit", *fit_args])
+    except Parsed as parsed:
+        return parsed.config
+    except RecipeInputError as err:
+        raise SweepError(str(err)) from None
+    except SystemExit as err:  # jsonargparse's own error message is printed already
+        raise SweepError("the recipe's arguments do not parse (see above)") from err
+    raise SweepError("the recipe's arguments do not parse")
+
+
+def check_tracked(cfg: Namespace) -> None:
+    """A sweep records its trials in MLflow: the recipe must log with ``RecipeLogger``."""
+    from recipes.tracking.config import recipe_logger_config  # noqa: PLC0415
+
+    if recipe_logger_config(cfg) is None:
+        raise SweepError("a sweep tracks its trials in MLflow: keep the recipe's trainer.logger (RecipeLogger) on")
+
+
+def objective_of(cfg: Namespace, options: argparse.Namespace, sweep: Any) -> tuple[str, str]:
+    """(metric, direction) of the sweep: the options, else the sweep file, else the task's monitor and its mode."""
+    from lightning_modules.task import Task  # noqa: PLC0415
+    from recipes.run.data_sizes import class_at  # noqa: PLC0415
+
+    task = class_at(cfg, "model")
+    monitor = cfg.get("model.init_args.monitor") or getattr(task, "default_monitor", "val/loss")
+    metric = options.metric or sweep.metric or monitor
+    direction = options.direction or sweep.direction
+    if direction is None:
+        mode = cfg.get("model.init_args.monitor_mode") if metric == monitor else None
+        direction = "maximize" if (mode or Task.mode_for(metric)) == "max" else "minimize"
+    return metric, direction
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``recipes sweep ...`` (``argv``: the arguments after ``sweep``); the exit code."""
+    from recipes.sweep.processes import follow, is_follower  # noqa: PLC0415
+    from recipes.sweep.runner import run_sweep  # noqa: PLC0415
+    from recipes.sweep.space import SweepSpaceError, as_cli_value, read_sweep_file  # noqa: PLC0415
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        options, fit_args, sweep_path = split_arguments(argv)
+        sweep = read_sweep_file(sweep_path)
+        # every swept key at one of its values: a key the recipe does not take, or a value of the wrong type, is one
+        # error line now, not a failure of every trial
+        cfg = parsed_fit_config(fit_args + [f"--{d.key}={as_cli_value(d.example())}" for d in sweep.dimensions])
+        check_tracked(cfg)
+        if is_follower():  # a DDP process started for rank 0's trials: it runs them, never asks the study
+            return follow(fit_args)
+        return run_sweep(options, fit_args, sweep, cfg)
+    except (SweepError, SweepSpaceError, ValueError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    except SIGTERMException as stop:
+        code = stop.code if isinstance(stop.code, int) and stop.code else 130
+        print(f"{PROG}: stopped (the current trial's run is KILLED; run the command again to continue the study)",
+              file=sys.stderr)
+        return code
+
+
+__all__ = ["SweepError", "build_parser", "main", "objective_of", "parsed_fit_config", "split_arguments"]

@@ -1,0 +1,60 @@
+"""The pruning callback of a ``recipes sweep`` trial (imported only while a sweep runs: it loads Optuna)."""
+
+from __future__ import annotations
+
+import math
+
+import lightning.pytorch as pl
+from optuna_integration import PyTorchLightningPruningCallback
+
+from recipes.sweep.trial import ActiveTrial
+
+
+class TrialPruning(PyTorchLightningPruningCallback):
+    """optuna-integration's pruning callback, with one decision for all processes and a clean stop.
+
+    After every validation (not the sanity check) the objective metric is reported to the trial and the pruner
+    decides. optuna-integration raises ``TrialPruned`` inside the loop, which ends the fit as a failure; under DDP
+    it needs the trial on every process and a manual ``check_pruned()``. Here rank 0 alone reports and decides, the
+    decision is broadcast (``trainer.strategy.broadcast``), and every process stops after this validation as an
+    early stop would; the sweep then marks the trial PRUNED and its MLflow run KILLED with the tag
+    ``loopwise.sweep.pruned``.
+    """
+
+    def __init__(self, active: ActiveTrial) -> None:
+        # the parent keeps the trial and the monitor; on ranks > 0 there is no trial to keep
+        pl.Callback.__init__(self)
+        self._trial = active.trial
+        self.monitor = active.metric
+        self.is_ddp_backend = False
+        self.active = active
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.is_ddp_backend = trainer.world_size > 1
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        prune = False
+        if trainer.is_global_zero:
+            score = trainer.callback_metrics.get(self.monitor)
+            if score is None:
+                raise ValueError(
+                    f"recipes sweep: the objective {self.monitor!r} was not logged by this validation; choose "
+                    f"--metric among {sorted(k for k in trainer.callback_metrics if k.startswith(('val/', 'train/')))}"
+                )
+            value = float(score)
+            self.active.values.append(value)
+            epoch = trainer.current_epoch
+            if math.isfinite(value):
+                self._trial.report(value, step=epoch)
+                prune = self._trial.should_prune()
+            if prune:
+                self.active.pruned_at = f"epoch {epoch}: {self.monitor} {value:.6g}"
+        if self.is_ddp_backend:
+            prune = bool(trainer.strategy.broadcast(prune, src=0))
+        if prune:
+            trainer.should_stop = True
+
+
+__all__ = ["TrialPruning"]

@@ -1,0 +1,255 @@
+"""The loop of ``recipes sweep``: ask the study for a trial, run it as a recipe fit, tell the study, record it.
+
+Every trial runs ``RecipesCLI(["fit", ...])`` in this process with its sampled values appended, inside
+``sweep_trial.running_trial`` (its MLflow run nests under the parent; ``TrialPruning`` reports each validation).
+Its outcome in Optuna and MLflow:
+
+* COMPLETE: the objective is the best value of the metric over its validations; the run ends FINISHED.
+* PRUNED: the pruner stopped it after a validation; the run is KILLED with the tag ``loopwise.sweep.pruned``.
+* FAIL: anything that ended the fit with an error (a bad combination of values, NaN, out of memory): the run ends
+  FAILED (or has none, when the error came before the trainer), the reason is the trial's user attribute
+  ``failure`` and the run's tag ``loopwise.sweep.failure``; the sweep goes on.
+* Ctrl+C / SIGTERM: the recipe saves ``last.ckpt`` and marks the run KILLED; the trial is FAIL (user attribute
+  ``interrupted``), the sweep stops (exit 130 / 143, as a fit), and the same command later continues the study.
+
+The worker tags the parent run as one of its workers (``recipes.sweep.workers``) and, when it stops, ends the parent
+(FINISHED, KILLED when interrupted, FAILED on an error) unless another worker is still at it; a dead worker's
+RUNNING trial is failed when this one starts and ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from jsonargparse import Namespace
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from recipes.checkpoints.run_lock import release_run_locks
+from recipes.tracking.sqlite_store import prepare_sqlite_store
+from recipes.sweep.space import SweepFile, as_cli_value, choice_value
+from recipes.sweep.study import (
+    counts,
+    create_parent_run,
+    default_storage,
+    open_study,
+    record_progress,
+    shown_storage,
+    sqlite_path,
+    trial_start_lock,
+    wait_for_parent_run,
+)
+from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
+from recipes.sweep.processes import announce_trial
+from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_worker
+from recipes.sweep.trial import ActiveTrial, running_trial
+from recipes.tracking.config import experiment_name, tracking_uri
+
+PROG = "recipes sweep"
+
+
+def say(line: str) -> None:
+    print(f"{PROG}: {line}", flush=True)
+
+
+def active_params(stored: dict[str, Any]) -> dict[str, Any]:
+    """A trial's params as the recipe got them (categorical lists and mappings are stored as JSON text)."""
+    return {key: choice_value(value) for key, value in stored.items()}
+
+
+def trial_run_id(client: MlflowClient, experiment: str, study: str, number: int) -> str | None:
+    """The MLflow run of trial ``number`` of ``study`` (``None`` when the trial failed before it had one)."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs([found.experiment_id], filter_string=(
+        f"tags.`loopwise.sweep.study` = '{study}' and tags.`loopwise.sweep.trial` = '{number}'"
+        " and tags.`loopwise.stage` = 'fit'"), max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def run_trial(fit_args: list[str], active: ActiveTrial) -> tuple[TrialState, str | None]:
+    """Run one trial's recipe fit; (its state, why it failed or was pruned)."""
+    from recipes.run.errors import RecipeInputError  # noqa: PLC0415
+    from recipes.run.recipes_cli import RecipesCLI  # noqa: PLC0415
+
+    args = ["fit", *fit_args, f"--trainer.logger.init_args.run_name={active.run_name}",
+            *[f"--{key}={as_cli_value(value)}" for key, value in active.params.items()]]
+    with running_trial(active):
+        try:
+            RecipesCLI(args=args)
+        except (SIGTERMException, KeyboardInterrupt):
+            raise
+        except RecipeInputError as err:
+            return TrialState.FAIL, f"the values do not make a recipe: {err}"
+        except Exception as err:  # noqa: BLE001 - any failure of a trial is that trial's, the sweep goes on
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            return TrialState.FAIL, f"{type(err).__name__}: {first}"[:500]
+        finally:
+            release_run_locks()  # the trial's run may be resumed once its fit is over
+    if active.pruned_at is not None:
+        return TrialState.PRUNED, active.pruned_at
+    if active.best_value() is None:
+        return TrialState.FAIL, f"no finite value of {active.metric} was logged"
+    return TrialState.COMPLETE, None
+
+
+def write_best_config(client: MlflowClient, study: optuna.Study, experiment: str, folder: Path, parent: str) -> Path | None:
+    """``best.yaml``: the best trial's complete config (its run's ``config.yaml``), beside the study and in the
+    parent run."""
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not complete:
+        return None
+    best = study.best_trial
+    run_id = trial_run_id(client, experiment, study.study_name, best.number)
+    if run_id is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml", tmp)).read_text())
+    # the winner trained as an ordinary recipe: its own run name, and its MLflow model (trials skip it)
+    logger = (config.get("trainer") or {}).get("logger")
+    if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):
+        logger["init_args"]["run_name"] = None
+    config["mlflow_model"] = True
+    text = yaml.safe_dump(config, sort_keys=False)
+    header = (f"# recipes sweep: best trial {best.number} of study {study.study_name!r} ({study.direction.name.lower()} "
+              f"{best.value:.6g}), MLflow run {run_id}\n# recipes fit -c best.yaml\n")
+    path = folder / "best.yaml"
+    path.write_text(header + text)
+    client.log_artifact(parent, str(path))
+    return path
+
+
+def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile, cfg: Namespace) -> int:
+    """Run trials until the study has ``options.n_trials`` (or ``options.timeout`` passes); the exit code."""
+    from recipes.sweep.command import objective_of  # noqa: PLC0415
+
+    metric, direction = objective_of(cfg, options, sweep)
+    experiment, uri = experiment_name(cfg), tracking_uri(cfg)
+    storage = options.storage or default_storage()
+    name = options.study_name or f"{experiment}-sweep"
+    pruner = options.pruner or sweep.pruner or "median"
+    seed = cfg.get("seed_everything")
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    prepare_sqlite_store(uri, experiment)  # workers starting together on a new mlflow.db take turns creating it
+    study, created = open_study(storage, name, direction, pruner)
+    client = MlflowClient(uri)
+    settings = {"study_name": name, "storage": shown_storage(storage), "metric": metric, "direction": direction,
+                "pruner": pruner, "sampler": f"TPESampler(seed={seed} + trial number)", "sweep_file": sweep.path}
+    parent = create_parent_run(study, uri, experiment, sweep, settings) if created else wait_for_parent_run(name, storage)
+    client.update_run(parent, status="RUNNING")
+    mark_worker(client, parent, "running")
+    say(f"study {name!r} in {shown_storage(storage)}: {direction} {metric}; MLflow parent run {parent} "
+        f"(experiment {experiment!r})")
+    try:
+        with trial_start_lock(storage):
+            dead = fail_abandoned_trials(study)
+        if dead:
+            say(f"trial(s) {', '.join(map(str, dead))} were left RUNNING by a worker that no longer exists: failed "
+                "(they do not count toward --n_trials)")
+        close_abandoned_runs(uri, experiment)  # their fit runs: KILLED
+        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, seed)
+    except KeyboardInterrupt as stop:  # Ctrl+C between trials
+        close_parent(client, study, storage, parent, "KILLED")
+        raise SIGTERMException() from stop
+    except SIGTERMException:
+        close_parent(client, study, storage, parent, "KILLED")
+        raise
+    except BaseException:
+        close_parent(client, study, storage, parent, "FAILED")
+        raise
+    announce_trial(None)
+    folder = sqlite_path(storage).parent if sqlite_path(storage) else Path.cwd()
+    best = write_best_config(client, study, experiment, folder, parent)
+    close_parent(client, study, storage, parent, "FINISHED")
+    done = counts(study)
+    summary = ", ".join(f"{n} {state}" for state, n in done.items() if n)
+    if best is not None:
+        say(f"{summary}; best trial {study.best_trial.number}: {metric} {study.best_value:.6g} "
+            f"{json.dumps(active_params(study.best_params))}; {best} (recipes fit -c {best})")
+        return 0
+    say(f"{summary}; no trial completed")
+    return 1 if done["complete"] == 0 else 0
+
+
+def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent: str, status: str) -> None:
+    """This worker has ended: the parent run ends ``status`` unless another worker is still at work (a live one of
+    this host, any of another host) or a trial still runs (a dead worker's trial is failed first)."""
+    mark_worker(client, parent, "ended")
+    with trial_start_lock(storage):
+        fail_abandoned_trials(study)
+    others = workers_alive(client.get_run(parent).data.tags, socket.gethostname())
+    if counts(study)["running"] == 0 and not others:
+        client.set_terminated(parent, status=status)
+
+
+def run_trials(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile, study: optuna.Study,
+               client: MlflowClient, parent: str, experiment: str, metric: str, seed: int | None) -> None:
+    """Ask, run and tell trials until the study has ``options.n_trials`` (or ``options.timeout`` passes)."""
+    name, direction = study.study_name, study.direction.name.lower()
+    started = time.monotonic()
+    storage = options.storage or default_storage()
+    while True:
+        if options.timeout is not None and time.monotonic() - started > options.timeout:
+            say(f"--timeout {options.timeout:g} s reached")
+            return
+        with trial_start_lock(storage):
+            done = counts(study)
+            if sum(n for state, n in done.items() if state != "interrupted") >= options.n_trials:
+                return
+            trial = study.ask()
+            claim_trial(trial)
+        study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + trial.number)
+        params = {d.key: d.suggest(trial) for d in sweep.dimensions}
+        active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params)
+        announce_trial(active)
+        try:
+            state, reason = run_trial(fit_args, active)
+        except (SIGTERMException, KeyboardInterrupt) as stop:
+            trial.set_user_attr("interrupted", True)
+            study.tell(trial, state=TrialState.FAIL)
+            run_id = trial_run_id(client, experiment, name, trial.number)
+            if run_id:
+                client.set_tag(run_id, "loopwise.sweep.failure", "interrupted")
+            record_progress(study, client, parent)
+            if isinstance(stop, KeyboardInterrupt):
+                raise SIGTERMException() from stop
+            raise
+        record_trial(study, client, trial, active, state, reason, experiment)
+        record_progress(study, client, parent)
+
+
+def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial, active: ActiveTrial,
+                 state: TrialState, reason: str | None, experiment: str) -> None:
+    """Tell the study a trial's outcome and mark its run (pruned: KILLED; failed: FAILED, with the reason)."""
+    run_id = trial_run_id(client, experiment, study.study_name, trial.number)
+    params = json.dumps(active.params)
+    if state == TrialState.COMPLETE:
+        study.tell(trial, active.best_value())
+        say(f"trial {trial.number}: {active.metric} {active.best_value():.6g}  {params}")
+    elif state == TrialState.PRUNED:
+        study.tell(trial, state=TrialState.PRUNED)
+        if run_id:
+            client.set_tag(run_id, "loopwise.sweep.pruned", str(reason))
+            client.set_terminated(run_id, status="KILLED")
+        say(f"trial {trial.number}: pruned at {reason}  {params}")
+    else:
+        trial.set_user_attr("failure", str(reason))
+        study.tell(trial, state=TrialState.FAIL)
+        if run_id:
+            client.set_tag(run_id, "loopwise.sweep.failure", str(reason)[:5000])
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, status="FAILED")
+        say(f"trial {trial.number}: failed: {reason}")
+
+
+__all__ = ["close_parent", "record_trial", "run_sweep", "run_trial", "run_trials", "trial_run_id", "write_best_config"]

@@ -1,0 +1,63 @@
+"""The processes working on a sweep, and what a dead one leaves behind.
+
+Every ``recipes sweep`` process is a worker of its study's MLflow parent run: it tags the parent
+``loopwise.worker/<host>/<pid>`` = ``running`` when it starts and ``ended`` when it stops, and tags each trial it
+asks for with its host and pid (Optuna user attributes ``loopwise.host``, ``loopwise.pid``). A worker that died
+without ending (``kill -9``, the OOM killer) leaves the parent RUNNING and its trial RUNNING in Optuna:
+
+* the parent is ended KILLED by the next command that opens the experiment on this host once no worker of it is
+  alive (``recipes.tracking.abandoned_runs``; a worker of another host keeps it open, since it cannot be checked from here);
+* its trial is failed by the next worker of the study on this host (``fail_abandoned_trials``), as an interrupted
+  trial: it does not use the ``--n_trials`` budget (its number is kept in the study's user attribute
+  ``loopwise.abandoned_trials``); the trial's own MLflow run carries ``loopwise.pid`` and is ended KILLED like any
+  recipe run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import optuna
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from recipes.tracking.abandoned_runs import HOST_TAG, PID_TAG, process_exists, worker_tag
+
+ABANDONED_ATTR = "loopwise.abandoned_trials"
+
+
+def mark_worker(client: MlflowClient, parent_run_id: str, state: str) -> None:
+    """Tag the parent run with this process as a worker: ``running`` or ``ended``."""
+    client.set_tag(parent_run_id, worker_tag(), state)
+
+
+def claim_trial(trial: optuna.Trial) -> None:
+    """Name this process as the worker of ``trial`` (so another worker can tell when it died)."""
+    trial.set_user_attr(HOST_TAG, socket.gethostname())
+    trial.set_user_attr(PID_TAG, os.getpid())
+
+
+def abandoned_trials(study: optuna.Study) -> set[int]:
+    """Numbers of the trials failed because their worker died."""
+    return {int(n) for n in study.user_attrs.get(ABANDONED_ATTR, [])}
+
+
+def fail_abandoned_trials(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials whose worker was a process of this host that no longer exists; their numbers.
+    (Call it holding ``trial_start_lock`` on a SQLite study: the study's list of them is read, then written.)"""
+    host, found = socket.gethostname(), []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        pid = trial.user_attrs.get(PID_TAG)
+        if trial.user_attrs.get(HOST_TAG) != host or not isinstance(pid, int) or pid == os.getpid():
+            continue
+        if process_exists(pid):
+            continue
+        study.tell(trial.number, state=TrialState.FAIL)
+        found.append(trial.number)
+    if found:
+        study.set_user_attr(ABANDONED_ATTR, sorted(abandoned_trials(study) | set(found)))
+    return found
+
+
+__all__ = ["ABANDONED_ATTR", "abandoned_trials", "claim_trial", "fail_abandoned_trials", "mark_worker"]

@@ -1,0 +1,107 @@
+"""Runs left RUNNING by a process that died without closing them (kill -9, the OOM killer, a power loss).
+
+Every recipe run is tagged with the host and process id that writes it (``loopwise.host``, ``loopwise.pid``). When a
+command opens an experiment, the runs of that experiment still RUNNING whose process was on this host and no longer
+exists are ended KILLED, with the tag ``loopwise.abandoned`` saying so. Runs of other hosts are left alone (their
+process cannot be checked from here), and so is a run whose process id belongs to a live process (also when the id
+was reused: leaving a run RUNNING is the safe mistake).
+
+A sweep's parent run has many processes, its workers: each tags it ``loopwise.worker/<host>/<pid>`` (``running``,
+then ``ended``; ``recipes.sweep.workers``). It is abandoned when none of them is still ``running`` and alive: a
+worker of another host, or a live one, keeps it open.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+HOST_TAG = "loopwise.host"
+PID_TAG = "loopwise.pid"
+ABANDONED_TAG = "loopwise.abandoned"
+WORKER_TAG_PREFIX = "loopwise.worker/"
+
+
+def process_tags() -> dict[str, str]:
+    """The tags that name the process writing a run."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
+def worker_tag() -> str:
+    """The tag that names this process as one of a sweep parent run's workers."""
+    return f"{WORKER_TAG_PREFIX}{socket.gethostname()}/{os.getpid()}"
+
+
+def workers_alive(tags: dict[str, str], host: str) -> bool | None:
+    """Whether any worker named in a run's tags may still be working (``None``: the run has no worker tags): a
+    ``running`` one of another host (not checkable from here), this process, or a live process."""
+    workers = {key[len(WORKER_TAG_PREFIX):]: value for key, value in tags.items() if key.startswith(WORKER_TAG_PREFIX)}
+    if not workers:
+        return None
+    for worker, state in workers.items():
+        worker_host, _, pid = worker.rpartition("/")
+        if state != "running":
+            continue
+        if worker_host != host or not pid.isdigit() or int(pid) == os.getpid() or process_exists(int(pid)):
+            return True
+    return False
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process with id ``pid`` exists on this host (one of another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
+    """End KILLED the RUNNING runs of ``experiment`` whose process on this host is gone; their ids."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    client = MlflowClient(tracking_uri)
+    try:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            return []
+        running = client.search_runs([found.experiment_id], "attributes.status = 'RUNNING'")
+    except MlflowException:
+        return []
+    host, closed = socket.gethostname(), []
+    for run in running:
+        tags = run.data.tags
+        pid = tags.get(PID_TAG, "")
+        workers = workers_alive(tags, host)
+        if workers is not None:  # a sweep's parent run
+            if workers:
+                continue
+            reason = (f"every worker of this sweep on {host} ended without closing its parent run (kill -9, out of "
+                      "memory, power loss); marked KILLED by a later command. Running the sweep command again "
+                      "continues the study (the dead worker's trial is failed and does not count).")
+        elif tags.get(HOST_TAG) != host or not pid.isdigit() or int(pid) == os.getpid() or process_exists(int(pid)):
+            continue
+        else:
+            reason = (f"process {pid} on {host} ended without closing the run (kill -9, out of memory, power loss); "
+                      "marked KILLED by a later command. `--ckpt_path last` resumes it from its last checkpoint, "
+                      "if any.")
+        client.set_tag(run.info.run_id, ABANDONED_TAG, reason)
+        client.set_terminated(run.info.run_id, "KILLED")
+        closed.append(run.info.run_id)
+    return closed
+
+
+__all__ = [
+    "ABANDONED_TAG",
+    "WORKER_TAG_PREFIX",
+    "close_abandoned_runs",
+    "process_exists",
+    "process_tags",
+    "worker_tag",
+    "workers_alive",
+]

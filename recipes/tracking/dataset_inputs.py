@@ -1,0 +1,151 @@
+"""The data a run used, as MLflow dataset inputs: which data, which split, and a digest of its content.
+
+For every split a command uses (fit: train and val; validate: val; test: test; predict: the rows it predicts) the
+run gets one MLflow dataset input with the context tag ``mlflow.data.context`` = the split:
+
+* name: the data's file name (``churn.csv``) or the data module's class (``SpiralDataModule``), then ``/<split>``;
+* digest: SHA-256 (first 32 hex digits) of the split's tensors, their bytes, shapes and dtypes, after the split and
+  preprocessing; for a dataset without tensors, of the source's bytes with the split's name and size. The same data
+  gives the same digest in any directory; one changed byte of the file gives another;
+* source: the file or folder (``local``), or the data module's class and settings (``code``), with the digest of the
+  source's own bytes;
+* schema: the tensors' shapes and dtypes; profile: the split's size and, for class labels, the count per class.
+
+Two runs with the same digest saw the same rows. Written once per command, on rank 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from recipes.tracking.tracked_run import tracked_run
+
+SPLITS_OF_STAGE = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
+SOURCE_ATTRIBUTES = ("path", "root")
+DIGEST_LENGTH = 32
+
+
+def tensor_digest(tensors: list[torch.Tensor]) -> str:
+    """SHA-256 of the tensors' shapes, dtypes and bytes."""
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{tuple(value.shape)}:{value.dtype};".encode())
+        digest.update(value.view(torch.uint8).numpy().tobytes() if value.numel() else b"")
+    return digest.hexdigest()[:DIGEST_LENGTH]
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes, or of a folder's files (relative names and bytes, in sorted order)."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:DIGEST_LENGTH]
+
+
+def data_source(datamodule: Any) -> tuple[str, dict[str, Any], str]:
+    """(source type, source description, name) of a data module: its file or folder, else its class and settings."""
+    for attribute in SOURCE_ATTRIBUTES:
+        value = getattr(datamodule, attribute, None)
+        if isinstance(value, (str, Path)) and Path(value).exists():
+            path = Path(value).resolve()
+            return "local", {"uri": str(path), "source_digest": file_digest(path)}, path.name
+    settings = {k: v for k, v in dict(getattr(datamodule, "hparams", {}) or {}).items()
+                if isinstance(v, (int, float, str, bool, list, type(None)))}
+    cls = type(datamodule)
+    return "code", {"class": f"{cls.__module__}.{cls.__qualname__}", "settings": settings}, cls.__name__
+
+
+def dataset_tensors(dataset: Any) -> list[torch.Tensor] | None:
+    """The tensors of an in-memory dataset (``BatchedTensorDataset``, ``TensorDataset``), else ``None``."""
+    tensors = getattr(dataset, "tensors", None)
+    if isinstance(tensors, (list, tuple)) and tensors and all(isinstance(t, torch.Tensor) for t in tensors):
+        return list(tensors)
+    return None
+
+
+def split_record(datamodule: Any, split: str, dataset: Any) -> dict[str, Any]:
+    """Name, digest, source, schema and profile of one split."""
+    source_type, source, name = data_source(datamodule)
+    tensors = dataset_tensors(dataset)
+    size = len(dataset) if hasattr(dataset, "__len__") else None
+    if tensors is not None:
+        digest = tensor_digest(tensors)
+        schema = {"tensors": [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in tensors]}
+    else:
+        # the source's bytes (not where it lies) and the settings that choose the split's rows
+        settings = {k: v for k, v in dict(getattr(datamodule, "hparams", {}) or {}).items()
+                    if not (isinstance(v, str) and Path(v).exists())}
+        identity = [source.get("source_digest", source.get("settings")), settings, split, size]
+        fallback = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
+        digest, schema = fallback.hexdigest()[:DIGEST_LENGTH], {"type": type(dataset).__name__}
+    profile: dict[str, Any] = {"num_rows": size}
+    labels = tensors[-1] if tensors is not None and len(tensors) > 1 else None
+    if labels is not None and labels.ndim == 1 and not labels.is_floating_point() and labels.numel():
+        profile["class_counts"] = torch.bincount(labels.long().clamp(min=0)).tolist()
+    return {"name": f"{name}/{split}", "digest": digest, "source_type": source_type, "source": source,
+            "schema": schema, "profile": profile, "context": split}
+
+
+def stage_splits(datamodule: Any, stage: str) -> dict[str, Any]:
+    """The datasets a command of ``stage`` uses, by split."""
+    datasets = dict(getattr(datamodule, "datasets", {}) or {})
+    if stage == "predict":
+        new = getattr(datamodule, "new_data", None)
+        fresh = new() if callable(new) and getattr(datamodule, "predicts_new_data", lambda: False)() else None
+        return {"predict": fresh[0]} if fresh else ({"predict": datasets["test"]} if "test" in datasets else {})
+    return {split: datasets[split] for split in SPLITS_OF_STAGE.get(stage, ()) if split in datasets}
+
+
+class DataInputs(Callback):
+    """Log the splits a command uses as MLflow dataset inputs (see the module docstring); ``records`` keeps them."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def log(self, trainer: pl.Trainer, stage: str) -> None:
+        run = tracked_run(trainer)
+        datamodule = getattr(trainer, "datamodule", None)
+        if run is None or datamodule is None or not trainer.is_global_zero or self.records:
+            return
+        from mlflow.entities import Dataset, DatasetInput, InputTag  # noqa: PLC0415
+
+        self.records = [split_record(datamodule, split, ds) for split, ds in stage_splits(datamodule, stage).items()]
+        inputs = [
+            DatasetInput(
+                Dataset(r["name"], r["digest"], r["source_type"], json.dumps(r["source"], default=str),
+                        json.dumps(r["schema"]), json.dumps(r["profile"])),
+                [InputTag("mlflow.data.context", r["context"])],
+            )
+            for r in self.records
+        ]
+        if inputs:
+            run.log_inputs(inputs)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.log(trainer, "fit")
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "validate":
+            self.log(trainer, "validate")
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.log(trainer, "test")
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.log(trainer, "predict")
+
+
+__all__ = ["DataInputs", "data_source", "file_digest", "split_record", "stage_splits", "tensor_digest"]

@@ -1,0 +1,359 @@
+"""MLflow tracking: the embedded SQLite default, or a server named by MLFLOW_TRACKING_URI."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+from lightning_modules.compat import (
+    mlflow_logger_experiment_name, mlflow_logger_forget_checkpoints, mlflow_logger_log_model,
+    mlflow_logger_run_created, mlflow_logger_unbuffered, mlflow_logger_uploaded_files,
+)
+from recipes.tracking.uploads import LEDGER_NAME, CheckpointUploader, UploadLedger, file_identity
+from recipes.tracking.held_metrics import HeldMetrics
+from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, short_reason: used from here too)
+    bound_http_requests, fast_http_failures, is_read_only, is_server_uri, read_only_at_start, short_reason,
+    store_failure_message, warn_store_failure, watch_store_failures,
+)
+from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
+from recipes.tracking.uris import default_tracking_uri
+
+CHECKPOINT_ARTIFACT_DIR = "checkpoints"
+ASYNC_BUFFER_ENV = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
+ASYNC_BUFFER_SECONDS = 5
+# MLflow's async logging keeps two thread pools (10 threads each by default) and starts a thread on a submission that
+# finds none idle; it restarts both pools at every flush (every checkpoint save), so the first submissions of each
+# epoch each started a thread, the training thread waiting ~1 ms for each to come up on 2 busy cores. One worker is
+# enough: the SQLite store serializes writes anyway, and the buffered worker merges the queued batches.
+ASYNC_POOL_ENV = "MLFLOW_ASYNC_LOGGING_THREADPOOL_SIZE"
+ASYNC_POOL_SIZE = 1
+
+
+class RecipeLogger(MLFlowLogger):
+    """Lightning's MLflow logger with loopwise defaults.
+
+    The tracking URI is resolved when the logger is built (``MLFLOW_TRACKING_URI``, else an SQLite file
+    ``mlflow.db`` in the working directory with artifacts under ``./mlruns``). Checkpoints are logged as run
+    artifacts under fixed names, ``checkpoints/best.ckpt`` and ``checkpoints/last.ckpt``.
+
+    Under DDP only global rank 0 talks to MLflow (one run): ``experiment`` is Lightning's ``rank_zero_experiment``
+    (a no-op object on other ranks, where ``run_id`` stays ``None`` unless given), and the methods below that write
+    to the run are ``rank_zero_only``.
+
+    Args:
+        experiment_name: MLflow experiment; default: the recipe's file stem.
+        run_name: MLflow run name; default: ``<experiment>-<first 8 characters of the run id>``, unique and the
+            prefix of the id that ``mlflow:<run id>`` takes (MLflow's own random names repeat between runs, since its
+            generator follows the seeded ``random`` module).
+        tracking_uri: Tracking server or database URI; default: ``MLFLOW_TRACKING_URI`` or ``./mlflow.db``.
+        tags: Extra run tags.
+        log_model: Upload the best and last checkpoints: ``all`` as they are saved (replacing the previous upload,
+            at most once per ``checkpoint_upload_interval``), ``true`` once at the end of the run, ``false`` never.
+        run_id: Continue this existing run instead of creating one.
+        synchronous: Block on every metrics write (``true``) instead of MLflow's asynchronous logging.
+        checkpoint_upload_interval: With ``log_model: all``, the least seconds between two uploads of the same
+            checkpoint; saves in between are folded into the next upload, and the newest files always go out when
+            the run ends. ``0`` uploads at every save.
+    """
+
+    def __init__(
+        self,
+        experiment_name: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        tags: dict[str, str] | None = None,
+        log_model: Literal[True, False, "all"] = "all",
+        run_id: str | None = None,
+        synchronous: bool = False,
+        checkpoint_upload_interval: float = 30.0,
+    ) -> None:
+        self.store_uri = tracking_uri or default_tracking_uri()
+        bound_http_requests(self.store_uri)  # a call to a server that is gone fails in seconds, not minutes
+        super().__init__(
+            experiment_name=experiment_name or "loopwise",
+            run_name=run_name or f"{experiment_name or 'loopwise'}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S-%f}",
+            tracking_uri=self.store_uri,
+            tags=dict(tags) if tags else None,
+            log_model=log_model,
+            run_id=run_id,
+            synchronous=synchronous,
+        )
+        if not synchronous:  # MLflow reads them whenever its worker wakes or its pools start; a user's value wins
+            os.environ.setdefault(ASYNC_BUFFER_ENV, str(ASYNC_BUFFER_SECONDS))
+            os.environ.setdefault(ASYNC_POOL_ENV, str(ASYNC_POOL_SIZE))
+        self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
+        self._uploader = CheckpointUploader(
+            self._upload_file, checkpoint_upload_interval, on_uploaded=self._uploaded, on_failed=self.store_failed
+        )
+        self._ledger: UploadLedger | None = None  # which checkpoint versions reached the run (recipe fits)
+        self.resumed = run_id is not None
+        self._name_after_id = run_name is None and run_id is None  # renamed <experiment>-<id> once the run exists
+        self.killed_by: str | None = None  # the signal that stopped training (``mark_killed``), if any
+        self._steps_before_resume: dict[str, set[int]] | None = None  # a continued run's history, read once
+        self._journal_dir: Path | None = None  # <checkpoints_dir>/<experiment>: the run's journal goes below
+        self._journal: TrackingJournal | None = None
+        self.store_failure: str | None = None  # the first write the store refused: from then on, the journal only
+        self._failure_lock = threading.Lock()  # the upload thread and MLflow's async writer report failures too
+        self.held_metrics = HeldMetrics(ASYNC_BUFFER_SECONDS)  # metrics not written yet (recipes/tracking/held_metrics.py)
+        self._queued_since_flush = False  # a metric batch went to MLflow's asynchronous queue since the last flush
+        self.synchronous = synchronous  # every call written before it returns: nothing held back
+        watch_store_failures(self)
+
+    @property
+    def experiment_name(self) -> str:
+        """Name of the MLflow experiment this logger writes to."""
+        return mlflow_logger_experiment_name(self)
+
+    @property
+    def experiment(self) -> Any:
+        """Lightning's MLflow client (rank 0; a no-op object elsewhere), which creates the run on first use; a run
+        created with the default name is named ``<experiment>-<short run id>`` at once. A store that is read-only
+        when the run would be created is ``TrackingStoreReadOnly`` (one line, before training)."""
+        try:
+            client = super().experiment
+        except Exception as err:
+            if is_read_only(err):
+                raise read_only_at_start(self.store_uri) from None
+            raise
+        if self._name_after_id and mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
+            self._name_after_id = False
+            name = f"{self.experiment_name}-{str(self.run_id)[:8]}"
+            self.tags = {**(self.tags or {}), "mlflow.runName": name}  # the journal opens with them: named once
+            self.add_tags({"mlflow.runName": name})
+        return client
+
+    def mark_killed(self, reason: str) -> None:
+        """Training was stopped from outside (``reason``: "SIGTERM" or "SIGINT"): the run ends KILLED, not FAILED."""
+        self.killed_by = reason
+
+    # --- the run's journal: nothing lost when the store fails (recipes/tracking/journal.py) --------------------
+    def keep_journal(self, experiment_dir: Path) -> None:
+        """Keep the run's record in ``<experiment_dir>/<run id>/tracking-journal.jsonl`` as well (recipe fits)."""
+        self._journal_dir = Path(experiment_dir)
+
+    def keeps_journal(self) -> bool:
+        """Whether the run's journal is open (a recipe fit is running)."""
+        return self._journal is not None
+
+    def record(self, kind: str, **data: Any) -> None:
+        """Append to the journal (once the run exists and a journal folder was given)."""
+        if self._journal_dir is None or not mlflow_logger_run_created(self) or rank_zero_only.rank != 0:
+            return
+        if self._journal is None:
+            self._journal = TrackingJournal(self._journal_dir / str(self.run_id) / JOURNAL_NAME)
+            self._ledger = UploadLedger(self._journal_dir / str(self.run_id) / LEDGER_NAME)
+            if self.tags:
+                self._journal.record("tags", values=dict(self.tags))
+        self._journal.record(kind, **data)
+
+    def store_failed(self, error: BaseException | str) -> None:
+        """A write the store refused: warn once (one line: ``recipes.tracking.failures``); training goes on, and
+        from now on writes only to the journal, so no later call waits on the store."""
+        with self._failure_lock:
+            if self.store_failure is not None:
+                return
+            self.store_failure = str(error) if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        where = self._journal.path if self._journal is not None else "the run's checkpoint folder"
+        warn_store_failure(store_failure_message(self.store_uri, error, where))
+
+    def replay_journal(self) -> None:
+        """A continued run: write what its journal holds and the store lacks (a store that failed last time)."""
+        if self._journal_dir is None:
+            return
+        path = self._journal_dir / str(self.run_id) / JOURNAL_NAME
+        if path.is_file():
+            replay(read_journal(path), self.experiment, str(self.run_id))
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+        """A continued run logs a metric only at steps its history does not hold yet: the attempt that was killed
+        may have logged steps after the checkpoint the resume restarts from, and the resume (bit-exact) logs them
+        again; MLflow keeps every write, so they would appear twice. A branch skips the steps it copied."""
+        if step is not None and (self.resumed or self._steps_before_resume is not None):
+            logged = self.steps_before_resume()
+            metrics = {k: v for k, v in dict(metrics).items() if step not in logged.get(k, ())}
+            if not metrics:
+                return
+        self.record("metrics", step=step, time=int(time.time() * 1000), values=dict(metrics))
+        self.held_metrics.add(dict(metrics), step)
+        if self.synchronous:
+            self.send_held_metrics(synchronous=True)
+        elif self.held_metrics.due():
+            self.send_held_metrics(synchronous=False)
+
+    def send_held_metrics(self, synchronous: bool = True) -> None:
+        """Write the metrics held since the last write as one ``log_batch`` (``recipes.tracking.held_metrics``): held for up
+        to 5 s, then queued to MLflow's asynchronous writer; written synchronously at every checkpoint save (the
+        store is never behind a checkpoint) and at the end of the run. With ``synchronous`` nothing is held."""
+        if not len(self.held_metrics):
+            return
+        if self.store_failure is not None:
+            self.held_metrics.take()  # the store is down: the journal has them, `recipes sync` writes them
+            return
+        if not synchronous:
+            self._queued_since_flush = True
+        try:
+            for batch in self.held_metrics.take():
+                self.experiment.log_batch(run_id=self.run_id, metrics=batch, synchronous=synchronous)
+        except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
+            self.store_failed(err)
+
+    def log_history(self, by_step: dict[int, dict[str, float]]) -> None:
+        """A branch's copy of the history before its step (``run_continuity.copy_history``): logged, then held like a
+        continued run's, so the resumed epoch's train metrics at a copied step are not logged twice."""
+        for step in sorted(by_step):
+            self.log_metrics(by_step[step], step)
+        held = self._steps_before_resume = self._steps_before_resume or {}
+        for step, values in by_step.items():
+            for key in values:
+                held.setdefault(key, set()).add(step)
+
+    def steps_before_resume(self) -> dict[str, set[int]]:
+        """The steps of every metric the continued run held when this process started writing to it."""
+        if self._steps_before_resume is None:
+            client, run_id = self.experiment, self.run_id
+            keys = client.get_run(run_id).data.metrics
+            self._steps_before_resume = {
+                key: {m.step for m in client.get_metric_history(run_id, key)} for key in keys
+            }
+        return self._steps_before_resume
+
+    def flush_metrics(self) -> None:
+        """Write every metric logged so far now: the held ones synchronously, then MLflow's asynchronous queue (when
+        anything went into it since the last flush)."""
+        if not mlflow_logger_run_created(self):
+            return
+        self.send_held_metrics(synchronous=True)
+        if self._journal is not None:
+            self._journal.sync_to_disk()
+        if not self._queued_since_flush or self.store_failure is not None:
+            return  # nothing queued since the last flush (best and last are saved back to back): MLflow's flush
+            # restarts its threads and waits for them, a cost to pay once per save moment, not twice
+        self._queued_since_flush = False
+        import mlflow
+
+        # the store of the global tracking URI, which MLFlowLogger set to its own when it opened the run; the
+        # client shares that store object (MLflow caches one per URI), so this is the queue its writes wait in
+        if mlflow.get_tracking_uri() == self.experiment.tracking_uri:
+            try:
+                mlflow.flush_async_logging()
+            except Exception as err:  # noqa: BLE001
+                self.store_failed(err)
+
+    def log_hyperparams(self, params: Any) -> None:
+        """Params are written at once (not queued): ``log_params_once`` reads them back to find changed values."""
+        values = dict(params) if isinstance(params, dict) else dict(vars(params)) if hasattr(params, "__dict__") else {}
+        self.record("params", values={k: str(v)[:250] for k, v in values.items()})
+        if self.store_failure is not None:
+            return
+        try:
+            with mlflow_logger_unbuffered(self):
+                super().log_hyperparams(params)
+        except Exception as err:  # noqa: BLE001
+            self.store_failed(err)
+
+    def add_tags(self, tags: dict[str, Any]) -> None:
+        """Tags for the run: set at creation if it does not exist yet, else written to it now (rank 0)."""
+        if mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
+            self.record("tags", values={k: str(v) for k, v in tags.items()})
+            if self.store_failure is not None:
+                return
+            try:
+                for key, value in tags.items():
+                    self.experiment.set_tag(self.run_id, key, str(value))
+            except Exception as err:  # noqa: BLE001
+                self.store_failed(err)
+        else:
+            self.tags = {**(self.tags or {}), **{k: str(v) for k, v in tags.items()}}
+
+    @rank_zero_only
+    def reopen(self) -> None:
+        """Mark a continued run (``run_id`` given) as RUNNING again (it may have ended FINISHED, FAILED or KILLED,
+        or still read RUNNING after a hard kill) and write the tags that only a new run would get at creation."""
+        if self.resumed:
+            self.replay_journal()
+            self.experiment.update_run(self.run_id, status="RUNNING")
+            for key, value in (self.tags or {}).items():
+                self.experiment.set_tag(self.run_id, key, str(value))
+
+    def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
+        """Remember every checkpoint callback (Lightning's logger keeps only the latest); upload now for "all"."""
+        self._checkpoint_callbacks[checkpoint_callback.state_key] = checkpoint_callback
+        if mlflow_logger_log_model(self) == "all":
+            self.upload_checkpoints(checkpoint_callback)
+
+    @rank_zero_only
+    def finalize(self, status: str = "success") -> None:
+        self.send_held_metrics(synchronous=True)
+        if mlflow_logger_run_created(self) and mlflow_logger_log_model(self):
+            for callback in self._checkpoint_callbacks.values():
+                self.upload_checkpoints(callback)
+        self._uploader.close(wait=self.store_failure is None)  # a store that is down: `recipes sync` uploads them
+        mlflow_logger_forget_checkpoints(self)  # uploaded above, under fixed names
+        if status == "failed" and self.killed_by is not None:
+            status = "KILLED"  # MLflow's RunStatus for a run stopped from outside (SIGTERM, Ctrl+C)
+        final = {"success": "FINISHED", "failed": "FAILED", "finished": "FINISHED"}.get(status, status)
+        self.record("status", status=final, time=int(time.time() * 1000))
+        try:
+            if self.store_failure is None:
+                super().finalize(status)
+        except Exception as err:  # noqa: BLE001
+            self.store_failed(err)
+        if self._journal is not None:
+            self._journal.close()
+        if self.store_failure is not None:
+            print(f"recipes: the run's record is in {self._journal_dir}: run `recipes sync` once the store works")
+
+    @rank_zero_only
+    def upload_checkpoints(self, checkpoint_callback: ModelCheckpoint) -> None:
+        """Queue a callback's checkpoints for upload as ``checkpoints/best.ckpt`` / ``checkpoints/last.ckpt``.
+
+        A callback with an ``artifact_files()`` method (``RunCheckpoint``: ``{alias: file}``) names its own files; a
+        plain ``ModelCheckpoint`` gives its best and last paths. Files already uploaded unchanged are skipped. A
+        background thread sends them (see ``CheckpointUploader``).
+        """
+        artifact_files = getattr(checkpoint_callback, "artifact_files", None)
+        if callable(artifact_files):
+            pairs = list(artifact_files().items())
+        else:
+            pairs = [("best", checkpoint_callback.best_model_path), ("last", checkpoint_callback.last_model_path)]
+        if self._ledger is not None:
+            self._ledger.expect()  # `recipes sync` brings the run's checkpoints up to date
+        if self.store_failure is not None:
+            return  # the store is down: `recipes sync` uploads what the ledger says the run lacks
+        uploaded = mlflow_logger_uploaded_files(self)
+        for name, path in pairs:
+            if not path or not os.path.isfile(path):
+                continue
+            stamp = file_identity(path)
+            if uploaded.get(name) == stamp:
+                continue
+            self._uploader.submit(name, path)
+            uploaded[name] = stamp
+
+    def wait_for_uploads(self) -> None:
+        """Send every queued checkpoint upload now (whatever the interval) and block until all have finished."""
+        self._uploader.wait()
+
+    def _upload_file(self, local_file: str, name: str) -> None:
+        """Send one staged ``<name>.ckpt`` to the run's ``checkpoints/`` artifact directory (replacing it); a store
+        that refuses it is the uploader's ``on_failed``, ``store_failed`` (the checkpoint stays on disk)."""
+        self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
+
+    def _uploaded(self, name: str, identity: tuple[int, int, int]) -> None:
+        """An upload went through: the ledger records that version (``recipes sync`` does not send it again)."""
+        if self._ledger is not None:
+            self._ledger.mark(str(self.run_id), name, identity)
+
+
+def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:
+    """The first MLflow logger of a trainer, or ``None``."""
+    return next((lg for lg in loggers if isinstance(lg, MLFlowLogger)), None)

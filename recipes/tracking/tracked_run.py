@@ -1,0 +1,174 @@
+"""The MLflow run of a trainer, as callbacks write to it: tags, params, texts, figures and files.
+
+Callbacks never reach into a logger's MLflow client themselves; they ask ``tracked_run(trainer)`` for the run and
+write through it. Without an MLflow logger there is no run (``None``) and nothing is written. Under DDP the MLflow
+client of a rank other than 0 is Lightning's no-op stand-in, so writes from those ranks do nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.loggers import MLFlowLogger
+
+from recipes.tracking.logger import find_mlflow_logger
+
+
+def pip_requirements() -> list[str]:
+    """The installed versions of what the loopwise MLflow model imports (loopwise itself runs from its checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pinned = []
+    for package in ("torch", "lightning", "torchmetrics", "mlflow", "pandas", "numpy", "jsonargparse"):
+        try:
+            pinned.append(f"{package}=={version(package)}")
+        except PackageNotFoundError:
+            continue
+    return pinned
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """One MLflow run, written through the trainer's MLflow logger."""
+
+    logger: MLFlowLogger
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run id (``None`` on DDP ranks other than 0, unless given)."""
+        return self.logger.run_id
+
+    @property
+    def tracking_uri(self) -> str:
+        """The tracking store the run lives in."""
+        return str(self.logger.experiment.tracking_uri)
+
+    def _write(self, action: Callable[[], Any], default: Any = None) -> Any:
+        """Run one store write; when the store refuses it and the logger keeps a journal (``RecipeLogger``), warn
+        once through the logger and go on (the journal keeps the record); otherwise the error propagates. Once the
+        store has refused a write, nothing more is sent to it (no call waits on a store that is down)."""
+        if getattr(self.logger, "store_failure", None) is not None:
+            return default
+        try:
+            return action()
+        except Exception as err:
+            failed = getattr(self.logger, "store_failed", None)
+            if not callable(failed):
+                raise
+            failed(err)
+            return default
+
+    def log_inputs(self, inputs: list[Any]) -> None:
+        """Log MLflow dataset inputs (``mlflow.entities.DatasetInput``) to the run."""
+        self._write(lambda: self.logger.experiment.log_inputs(self.logger.run_id, datasets=inputs))
+
+    def set_tag(self, key: str, value: Any, synchronous: bool = True) -> None:
+        """Set one run tag (as a string); with ``synchronous`` off, through MLflow's asynchronous queue (the journal
+        has it at once: a tag written on every checkpoint save keeps the training thread off the store)."""
+        record = getattr(self.logger, "record", None)
+        if callable(record):
+            record("tags", values={key: str(value)})
+        run_id, text = self.logger.run_id, str(value)
+        self._write(lambda: self.logger.experiment.set_tag(run_id, key, text, synchronous=synchronous))
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Write ``text`` as the run artifact ``artifact_file`` (also kept in the run's journal, when it has one:
+        ``recipes sync`` logs it into a run the store recreated)."""
+        self._write(lambda: self.logger.experiment.log_text(self.logger.run_id, text, artifact_file))
+        record = getattr(self.logger, "record", None)
+        if callable(record):
+            record("text", name=artifact_file, text=text)
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        """Write a matplotlib figure as the run artifact ``artifact_file`` (a PNG name)."""
+        self._write(lambda: self.logger.experiment.log_figure(self.logger.run_id, figure, artifact_file))
+
+    def log_file(self, local_path: str, artifact_dir: str | None = None) -> None:
+        """Copy a local file into the run's artifacts (under ``artifact_dir``)."""
+        self._write(lambda: self.logger.experiment.log_artifact(self.logger.run_id, local_path, artifact_dir))
+
+    def flush_metrics(self) -> None:
+        """Make every metric logged so far durable in the store (the logger's ``flush_metrics`` when it has one)."""
+        flush = getattr(self.logger, "flush_metrics", None)
+        if callable(flush):
+            flush()
+
+    def log_pyfunc_model(
+        self,
+        code_path: str,
+        artifacts: dict[str, str],
+        model_config: dict[str, Any],
+        input_example: tuple[Any, Any] | None,
+        registered_model_name: str | None = None,
+    ) -> tuple[str, str | None]:
+        """Save an MLflow pyfunc model "from code" (``code_path``) as the run's artifact folder ``model/``, with a
+        signature inferred from ``input_example`` (inputs, outputs), and register it as a new version of
+        ``registered_model_name`` when given. Returns the model's URI (``runs:/<run id>/model``) and the registered
+        version (``None`` when not registered). Only this run's client is used: MLflow's global tracking URI (and
+        the ``MLFLOW_TRACKING_URI`` it exports) stay as they are."""
+        import tempfile
+
+        import mlflow
+        from mlflow.exceptions import MlflowException
+        from mlflow.models import infer_signature
+
+        client, run_id = self.logger.experiment, self.logger.run_id
+        signature, example = None, None
+        if input_example is not None:
+            example = input_example[0]
+            signature = infer_signature(input_example[0], input_example[1])
+        with tempfile.TemporaryDirectory() as folder:
+            mlflow.pyfunc.save_model(
+                path=f"{folder}/model",
+                python_model=code_path,
+                artifacts=artifacts,
+                model_config=model_config,
+                signature=signature,
+                input_example=example,
+                # named here rather than inferred: MLflow's inference runs the model in a subprocess (seconds)
+                pip_requirements=pip_requirements(),
+            )
+            client.log_artifacts(run_id, f"{folder}/model", "model")
+        if registered_model_name is None:
+            return f"runs:/{run_id}/model", None
+        try:
+            client.create_registered_model(registered_model_name)
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        source = f"{client.get_run(run_id).info.artifact_uri}/model"
+        version = client.create_model_version(registered_model_name, source=source, run_id=run_id)
+        return f"runs:/{run_id}/model", str(version.version)
+
+    def logged_params(self) -> dict[str, str]:
+        """The params the run holds now (as MLflow stores them: strings)."""
+        return self._write(lambda: dict(self.logger.experiment.get_run(self.logger.run_id).data.params), {})
+
+    def log_params_once(self, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+        """Log the params the run does not hold yet; return ``{param: (logged value, new value)}`` for those it holds
+        with another value.
+
+        MLflow refuses to change a logged param, so on a continued run a changed value keeps the first one and the
+        new value is recorded as the tag ``loopwise.resumed.<param>``. Values compare as Lightning logs them (str,
+        250 characters).
+        """
+        already = self.logged_params()
+        changed = {k: (already[k], v) for k, v in params.items() if k in already and already[k] != str(v)[:250]}
+        new = {k: v for k, v in params.items() if k not in already}
+        if new:
+            self.logger.log_hyperparams(new)
+        for key, (_, value) in changed.items():
+            self.set_tag(f"loopwise.resumed.{key}", value)
+        return changed
+
+
+def tracked_run(trainer: pl.Trainer) -> TrackedRun | None:
+    """The MLflow run of ``trainer``'s first MLflow logger, or ``None`` when it has none."""
+    logger = find_mlflow_logger(trainer.loggers)
+    return None if logger is None else TrackedRun(logger)
+
+
+__all__ = ["TrackedRun", "tracked_run"]

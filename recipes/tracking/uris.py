@@ -1,0 +1,47 @@
+"""Where a recipe's runs are tracked: the tracking URI (``MLFLOW_TRACKING_URI`` or ``./mlflow.db``) and the check
+that a tracking server answers before anything runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from recipes.tracking.failures import fast_http_failures, is_server_uri, short_reason
+
+SERVER_CHECK_TIMEOUT_S = 5
+
+
+class TrackingServerUnreachable(ConnectionError):
+    """The MLflow tracking server named by the tracking URI does not answer."""
+
+
+def default_tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` if set (read now, not at import), else ``sqlite:///<cwd>/mlflow.db``."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+
+
+def check_tracking_server(uri: str) -> None:
+    """For a server URI, ask the server for one experiment (no retries, a few seconds at most).
+
+    Raises ``TrackingServerUnreachable`` naming the URI and the reason when it does not answer, so a recipe stops
+    before training instead of failing (or hanging in retries) at its first logging call. Local stores (SQLite,
+    file) are not checked: MLflow creates them.
+    """
+    if not is_server_uri(uri):
+        return
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+    from requests.exceptions import RequestException  # noqa: PLC0415
+
+    try:
+        with fast_http_failures(uri, retries=0, timeout_s=SERVER_CHECK_TIMEOUT_S):
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except (MlflowException, RequestException, OSError) as err:
+        raise TrackingServerUnreachable(
+            f"the MLflow tracking server at {uri} does not answer ({short_reason(err)}); start it (`mlflow server --host "
+            "127.0.0.1 --port <port> ...`), fix MLFLOW_TRACKING_URI / trainer.logger.init_args.tracking_uri, or "
+            "unset it to track in ./mlflow.db"
+        ) from None
