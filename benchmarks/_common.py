@@ -168,7 +168,7 @@ class LoopTimer(Callback):
 class NoHostSyncs(Callback):
     """On CUDA, ``torch.cuda.set_sync_debug_mode("error")`` from the start to the end of every training batch where
     nothing is read (not a logging step, not the epoch's last batch, not the run's last step): a host-device
-    synchronisation there raises, naming the operation (``tests/test_host_syncs.py`` counts the same reads on CPU).
+    synchronisation there raises, naming the operation (``tests/lightning_modules/test_host_syncs.py`` counts the same reads on CPU).
     Nothing happens on CPU."""
 
     @staticmethod

@@ -3,7 +3,7 @@
 Every name below is private (a leading underscore) in the library that owns it and may change in any release. Code
 elsewhere in ``lightning_modules``, ``datamodules``, ``recipes`` and ``benchmarks`` calls the small functions of
 this module instead (``tests/test_structure.py`` fails when a private name appears anywhere else), and
-``tests/test_compat.py`` probes each one against the installed versions: after an upgrade, a failing probe names the
+``tests/lightning_modules/test_compat.py`` probes each one against the installed versions: after an upgrade, a failing probe names the
 function here to update, instead of a silent change of behaviour in the middle of a training run.
 
 It lives in ``lightning_modules`` because that is the package every other one may import (``recipes`` imports it,

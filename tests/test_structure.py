@@ -158,7 +158,7 @@ def test_private_names_of_other_libraries_only_in_the_compat_module():
     found = [use for path in files if path != COMPAT for use in private_uses(path, classes)]
     assert not found, (
         "private names of Lightning/torch/MLflow outside lightning_modules/compat.py (add a function there, with a "
-        "probe in tests/test_compat.py):\n" + "\n".join(found)
+        "probe in tests/lightning_modules/test_compat.py):\n" + "\n".join(found)
     )
 
 

@@ -22,7 +22,7 @@ from datamodules import BaseDataModule
 from lightning_modules.task import Task
 from recipes.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA_MODULES = [getattr(datamodules, name) for name in datamodules.__all__ if name != "BaseDataModule"]
 TASKS = [lightning_modules.ClassificationModule, lightning_modules.RegressionModule, lightning_modules.LanguageModelModule]
 

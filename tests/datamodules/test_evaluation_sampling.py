@@ -1,7 +1,7 @@
 """Exact evaluation under DDP (issue 21 part 2), in one process: the unpadded evaluation shards, the loaders the data
 modules give each rank, and a val/test loss that does not depend on how the samples were batched.
 
-The runs on 2 real processes are in ``tests/test_ddp_evaluation.py``.
+The runs on 2 real processes are in ``tests/end_to_end/test_ddp_evaluation.py``.
 """
 
 from __future__ import annotations

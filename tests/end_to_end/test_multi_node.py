@@ -18,7 +18,7 @@ import torch
 
 from recipes.checkpoints.files import read_run_stamp
 from tests.conftest import SPIRAL, mlflow_client, runs_of
-from tests.test_ddp import DDP, recipes_env
+from tests.end_to_end.test_ddp import DDP, recipes_env
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def free_port() -> int:
 def on_two_nodes(directory: Path, *extra: str) -> list[str]:
     """`torchrun --nnodes 2 --node_rank N ... -m recipes fit ...` for N = 0, 1, started together; their outputs."""
     if not (directory / "data").exists():
-        (directory / "data").symlink_to(Path(__file__).resolve().parents[1] / "data")
+        (directory / "data").symlink_to(Path(__file__).resolve().parents[2] / "data")
     port = free_port()
     recipe = ["fit", "-c", str(SPIRAL), "-c", str(DDP), "--trainer.accelerator", "cpu", "--trainer.devices", "1",
               "--trainer.num_nodes", "2", "--mlflow_model", "false", "--system_metrics_interval", "0", *extra]

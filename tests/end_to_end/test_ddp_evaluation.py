@@ -4,7 +4,7 @@ the metrics of one process, on splits of an odd size whose ranks run different n
 Lightning's `DistributedSampler` padded 201 test samples to 202 (sample 0 counted twice) and `sync_dist` divided the
 loss's summed batch sizes in an integer tensor; the data modules now give each rank an unpadded shard
 (`EvaluationShardSampler`) and the loss is a metric whose sums torchmetrics adds over the ranks. The reference runs
-in this process (`recipes.cli.main`); the 2-process runs are `python -m recipes` subprocesses (see tests/test_ddp.py).
+in this process (`recipes.cli.main`); the 2-process runs are `python -m recipes` subprocesses (see tests/end_to_end/test_ddp.py).
 Without `--ckpt_path` a recipe evaluates its freshly initialized network, the same on every rank (seeded).
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO, SPIRAL, runs_of
-from tests.test_ddp import on_two_processes
+from tests.end_to_end.test_ddp import on_two_processes
 
 # metrics made of counts (accuracy, F1, AUROC's ranks) come out identical; sums of floats (loss, errors, log-probs)
 # are added in another order on two processes (per rank, then across), so they agree to float32 rounding

@@ -23,7 +23,7 @@ from recipes.compare.report import notes
 from recipes.compare.rows import build_table
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from tests.conftest import REPO, SPIRAL, mlflow_client, runs_of
-from tests.test_resume import TINY, fit, new_runs, run_dir, shared_store, steps, store  # noqa: F401 - fixtures
+from tests.checkpoints.test_resume import TINY, fit, new_runs, run_dir, shared_store, steps, store  # noqa: F401 - fixtures
 
 # --- part 3: a resume from an older checkpoint is a branch --------------------------------------------------------
 

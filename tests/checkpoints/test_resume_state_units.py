@@ -1,6 +1,6 @@
 """Fast checks of what a mid-epoch checkpoint carries besides weights: the partial epoch's train metric state
 (``lightning_modules/epoch_metric_state.py``) and the plateau step (``lightning_modules/plateau_step.py``, and
-``recipes/callbacks/plateau_resume.py`` for checkpoints written before it). End-to-end runs: tests/test_exact_resume_tabular.py.
+``recipes/callbacks/plateau_resume.py`` for checkpoints written before it). End-to-end runs: tests/checkpoints/test_exact_resume_tabular.py.
 """
 
 from __future__ import annotations

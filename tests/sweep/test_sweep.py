@@ -182,7 +182,7 @@ def test_ctrl_c_ends_the_trial_and_the_sweep_and_the_same_command_continues(work
 
 @pytest.mark.slow
 def test_under_ddp_rank_0_samples_every_process_trains_the_same_values_in_one_run(workdir):
-    from tests.test_ddp import recipes_env
+    from tests.end_to_end.test_ddp import recipes_env
 
     command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP),
                "-c", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "2",

@@ -199,7 +199,7 @@ def test_every_config_runs_with_fast_dev_run(workdir, recipe, fragment, monkeypa
         ddp = "DDPStrategy" in text
     if ddp:
         # in-process DDP with one process: the launcher would re-run sys.argv (pytest) once per extra device, so
-        # one device here (tests/test_ddp.py runs 2 processes through `python -m recipes`). The launcher exports
+        # one device here (tests/end_to_end/test_ddp.py runs 2 processes through `python -m recipes`). The launcher exports
         # MASTER_ADDR/MASTER_PORT/... to os.environ and the gloo group outlives the run: both are undone below,
         # or a later DDP subprocess would inherit LOCAL_RANK and believe its processes were created externally.
         for key in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"):

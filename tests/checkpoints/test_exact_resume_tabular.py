@@ -30,7 +30,7 @@ import pytest
 from lightning.pytorch.callbacks import Callback
 
 from tests.conftest import CONFIGS, REPO, mlflow_client, runs_of
-from tests.test_exact_resume import (
+from tests.checkpoints.test_exact_resume import (
     LIMITS,
     CrashAtStep,
     SigtermAtStep,
@@ -197,7 +197,7 @@ class KillNineAtStep(Callback):
 def test_a_real_kill_9_mid_epoch_resumes_to_the_uninterrupted_run(workdir, monkeypatch, reference):
     """A fit in its own process killed with SIGKILL before step 11 (step 9's checkpoint is the newest), resumed with
     ``--ckpt_path last``: the same end and the same logged values as the reference."""
-    from tests.test_ddp import recipes_env
+    from tests.end_to_end.test_ddp import recipes_env
 
     (workdir / "data").symlink_to(REPO / "data")
     kill = {"class_path": "tests.test_exact_resume_tabular.KillNineAtStep", "init_args": {"step": 10}}

@@ -23,8 +23,8 @@ from datamodules.image_folder import ImageFolderDataset
 from lightning_modules import ClassificationModule, LanguageModelModule
 from recipes.cli import main
 from tests.conftest import CONFIGS
-from tests.test_image_folder import save
-from tests.test_text_classification import keyword_rows, write_csv, write_jsonl
+from tests.datamodules.test_image_folder import save
+from tests.datamodules.test_text_classification import keyword_rows, write_csv, write_jsonl
 
 TEXT = CONFIGS / "text_transformer.yaml"
 CHARLM = CONFIGS / "charlm_gpt.yaml"
@@ -270,7 +270,7 @@ def test_a_prompt_file_gets_one_generated_continuation_per_line(workdir):
 # --- tabular: the reference implementation of predict_path ----------------------------------------------------------
 def test_a_new_table_uses_the_restored_encoding_and_a_missing_feature_column_is_named(tmp_path):
     from datamodules import TabularDataModule
-    from tests.test_tabular import make_frame, write
+    from tests.datamodules.test_tabular import make_frame, write
 
     train = str(write(make_frame(), tmp_path / "train.csv"))
     fitted = TabularDataModule(train, target="label", seed=2)

@@ -163,7 +163,7 @@ data:
 
 def image_folder_recipe(workdir: Path) -> Path:
     """A small image-folder recipe (ConvNet with dropout, OneCycle) on 3 x 40 PNGs, decoded by 2 worker processes."""
-    from tests.test_image_folder import make_folder
+    from tests.datamodules.test_image_folder import make_folder
 
     make_folder(workdir / "images", {"a": 40, "b": 40, "c": 40}, size=(8, 8))
     path = workdir / "image_folder_convnet.yaml"
@@ -278,7 +278,7 @@ def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrup
     """2-process DDP (gloo), the tabular recipe: each rank draws its shard of ClassBalancedSampler's draw; SIGTERM to
     rank 0 after step 8 (epoch 1, batch 1 of 6 per rank) stops both ranks there; the resumed pair ends bit-for-bit
     where the uninterrupted pair ends."""
-    from tests.test_ddp import recipes_env, two_process_command
+    from tests.end_to_end.test_ddp import recipes_env, two_process_command
 
     recipe = CONFIGS / "tabular_mlp.yaml"
     args = ["--trainer.max_epochs", "2", *LIMITS, "--mlflow_model", "false", "--system_metrics_interval", "0"]
@@ -303,7 +303,7 @@ def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrup
     assert (a["epoch"], a["global_step"]) == (1, 12)
     assert_same_training_state(a, b)
     # the resumed epoch's train metrics add both processes' batches before the stop (summed into rank 0's checkpoint)
-    from tests.test_exact_resume_tabular import logged_values
+    from tests.checkpoints.test_exact_resume_tabular import logged_values
 
     logged = logged_values(tmp_path, stopped.info.run_id)
     assert logged["train/acc"] == logged_values(tmp_path, straight.info.run_id)["train/acc"]

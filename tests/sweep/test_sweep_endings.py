@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from recipes.tracking.abandoned_runs import close_abandoned_runs
 from tests.conftest import REPO, SPIRAL, runs_of
-from tests.test_sweep import SWEEP, study_of, sweep
+from tests.sweep.test_sweep import SWEEP, study_of, sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
