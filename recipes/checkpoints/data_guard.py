@@ -1,4 +1,4 @@
-"""The split guard: ``validate``, ``test`` and ``predict`` evaluate the split the model was trained against.
+"""The data guard: ``validate``, ``test`` and ``predict`` evaluate the split the model was trained against.
 
 A checkpoint written by a recipe stores its data module's settings (``datamodule_hyper_parameters``). An evaluation
 whose data settings differ from those (another ``seed``, other split fractions, another file, other preprocessing)
@@ -64,21 +64,21 @@ def data_changes(trained: Mapping[str, Any] | None, now: Mapping[str, Any]) -> l
     return changes
 
 
-class SplitChanged(ValueError):
+class DataSettingsChanged(ValueError):
     """An evaluation's data settings differ from the ones the checkpoint was trained with."""
 
 
-def guard_split(
+def guard_data_settings(
     ckpt_path: str, stage: str, trained: Mapping[str, Any] | None, now: Mapping[str, Any], allow: bool
 ) -> list[DataChange]:
-    """For ``validate``/``test``/``predict``: raise ``SplitChanged`` (one line, with the fix) when the data settings
+    """For ``validate``/``test``/``predict``: raise ``DataSettingsChanged`` (one line, with the fix) when the data settings
     differ from the checkpoint's, unless ``allow``; return the differences (empty for ``fit`` and matching data)."""
     if stage not in EVALUATION_STAGES:
         return []
     changes = data_changes(trained, now)
     if changes and not allow:
         flags = " ".join(f"--data.init_args.{c.name} {c.trained}" for c in changes)
-        raise SplitChanged(
+        raise DataSettingsChanged(
             f"--ckpt_path {ckpt_path} was trained with other data settings ("
             + "; ".join(c.describe() for c in changes)
             + f"): `{stage}` would not use the split the model was trained against, and may score rows it trained "
@@ -88,4 +88,4 @@ def guard_split(
     return changes
 
 
-__all__ = ["ALLOW_TAG", "DataChange", "SplitChanged", "data_changes", "guard_split"]
+__all__ = ["ALLOW_TAG", "DataChange", "DataSettingsChanged", "data_changes", "guard_data_settings"]

@@ -40,7 +40,7 @@ from recipes.checkpoints.run_stamp import RESUMED_FROM_TAG as BRANCHED, continue
 from recipes.run.description import describe_command
 from recipes.checkpoints.run_lock import RunLocked, hold_run_lock
 from recipes.run.record import RunRecord
-from recipes.checkpoints.data_guard import ALLOW_TAG, DataChange, SplitChanged, guard_split
+from recipes.checkpoints.data_guard import ALLOW_TAG, DataChange, DataSettingsChanged, guard_data_settings
 from recipes.sweep.trial import active_trial
 from recipes.tracking.uris import TrackingServerUnreachable
 from recipes.run.learning_rate_check import check_learning_rate_args, check_learning_rates
@@ -135,7 +135,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         if cfg.get("ckpt_path"):
             self.checkpoint = self.check_checkpoint(cfg)
             cfg["ckpt_path"] = self.checkpoint.path
-            self.data_changes = self.guard_split(cfg, self.checkpoint)
+            self.data_changes = self.check_data_settings(cfg, self.checkpoint)
             logger = recipe_logger_config(cfg)
             if self.config.get("subcommand") == "fit" and logger is not None:
                 stamp, path = self.checkpoint.stamp, self.checkpoint.path
@@ -173,17 +173,17 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         except (FileNotFoundError, CheckpointError) as err:
             raise RecipeInputError(str(err)) from None
 
-    def guard_split(self, cfg: Namespace, checkpoint: CheckpointSummary) -> list[DataChange]:
+    def check_data_settings(self, cfg: Namespace, checkpoint: CheckpointSummary) -> list[DataChange]:
         """Evaluation on the data settings the checkpoint was trained with, or on others only when allowed."""
         now = data_init_args(cfg)
         stage = str(self.config.get("subcommand"))
         if stage == "predict" and (now.get("predict_path") or now.get("prompt_path")):
             return []  # new data (or prompts), encoded with the checkpoint's preprocessing: the split plays no part
         try:
-            changes = guard_split(
+            changes = guard_data_settings(
                 checkpoint.path, stage, checkpoint.data_settings, now, bool(cfg.get("allow_data_change"))
             )
-        except SplitChanged as err:
+        except DataSettingsChanged as err:
             raise RecipeInputError(str(err)) from None
         if changes and rank_zero_only.rank == 0:
             print(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recipes.cli import main
-from recipes.checkpoints.data_guard import DataChange, SplitChanged, data_changes, guard_split
+from recipes.checkpoints.data_guard import DataChange, DataSettingsChanged, data_changes, guard_data_settings
 from tests.conftest import SPIRAL, runs_of
 
 TINY = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
@@ -29,12 +29,12 @@ def test_data_changes_name_the_settings_that_change_the_rows():
     assert data_changes(None, now) == [] and data_changes({}, now) == []
 
 
-def test_guard_split_is_for_evaluation_and_can_be_overridden():
+def test_guard_data_settings_is_for_evaluation_and_can_be_overridden():
     now = {"seed": 0}
-    with pytest.raises(SplitChanged, match=r"seed 4 in the checkpoint, 0 now.*--data\.init_args\.seed 4"):
-        guard_split("best.ckpt", "test", TRAINED, now, allow=False)
-    assert guard_split("best.ckpt", "fit", TRAINED, now, allow=False) == []
-    assert guard_split("best.ckpt", "predict", TRAINED, now, allow=True) == [DataChange("seed", 4, 0)]
+    with pytest.raises(DataSettingsChanged, match=r"seed 4 in the checkpoint, 0 now.*--data\.init_args\.seed 4"):
+        guard_data_settings("best.ckpt", "test", TRAINED, now, allow=False)
+    assert guard_data_settings("best.ckpt", "fit", TRAINED, now, allow=False) == []
+    assert guard_data_settings("best.ckpt", "predict", TRAINED, now, allow=True) == [DataChange("seed", 4, 0)]
 
 
 @pytest.mark.slow
