@@ -1,0 +1,58 @@
+"""The MLflow pyfunc model of a loopwise run, logged as "model from code": MLflow copies this file into the model,
+and ``mlflow.pyfunc.load_model`` runs it (no pickled Python object is stored or loaded).
+
+The model's artifacts hold the run's best checkpoint; its ``model_config`` names the task class and the data module
+class (written by loopwise when the model is logged, ``recipes/model_logging.py``). ``predict`` takes raw rows as
+the data module reads them (a DataFrame of raw table columns for ``TabularDataModule``) and returns the columns of
+``recipes predict``'s CSV (``row``, ``prediction``, ``prob_<class>``). Loading needs loopwise installed (and the
+network's module importable), as ``mlflow models serve --env-manager local`` has.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import mlflow
+from lightning.pytorch import LightningDataModule, LightningModule
+
+from recipes.checkpoint_files import load_checkpoint_weights_only
+from recipes.predictions import predict_frame
+
+
+def named_class(path: str, base: type) -> type:
+    """The class at ``path`` ("package.module.Class"), which must be a subclass of ``base``."""
+    module, _, name = str(path).rpartition(".")
+    cls = getattr(importlib.import_module(module), name, None) if module else None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ValueError(f"loopwise model: {path!r} is not a {base.__name__} subclass")
+    return cls
+
+
+class LoopwiseModel(mlflow.pyfunc.PythonModel):
+    """A trained task with the data module's training-time preprocessing: raw rows in, predictions out."""
+
+    def load_context(self, context: Any) -> None:
+        config = context.model_config
+        checkpoint_path = context.artifacts["checkpoint"]
+        task_class = named_class(config["task_class"], LightningModule)
+        data_class = named_class(config["data_class"], LightningDataModule)
+        checkpoint = load_checkpoint_weights_only(checkpoint_path)
+        self.task = task_class.load_from_checkpoint(checkpoint_path, map_location="cpu", weights_only=True)
+        self.task.eval()
+        settings = dict(checkpoint.get("datamodule_hyper_parameters") or {})
+        # LightningCLI adds "_class_path" and "_instantiator" to the saved arguments
+        self.datamodule = data_class(**{k: v for k, v in settings.items() if not k.startswith("_")})
+        state = checkpoint.get(data_class.__qualname__)
+        if state:
+            self.datamodule.load_state_dict(state)
+
+    def predict(self, context, model_input, params=None):  # type: ignore[no-untyped-def]
+        """Predictions of raw rows (a pandas DataFrame), one output row per input row, in order.
+
+        (No type hints: MLflow reads them as a schema and warns about ``Any``; the signature logged with the model
+        describes the columns.)"""
+        return predict_frame(self.task, self.datamodule, model_input)
+
+
+mlflow.models.set_model(LoopwiseModel())
