@@ -16,7 +16,7 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 
 from recipes.tracking.abandoned_runs import close_abandoned_runs, process_tags
-from recipes.predict.model_logging import check_registered_model_name
+from recipes.tracking.registered_model_name import check_registered_model_name
 from recipes.tracking.sqlite_store import prepare_sqlite_store
 from recipes.tracking.logger import RecipeLogger, default_tracking_uri
 from recipes.tracking.uris import check_tracking_server
