@@ -261,8 +261,16 @@ class ColumnEncoder:
         self.fitted = True
         return self
 
-    def transform(self, frame: "pd.DataFrame") -> Tensor:
-        """The rows of ``frame`` encoded: float32 ``(N, in_features)``."""
+    def transform(self, frame: "pd.DataFrame", source: str | None = None) -> Tensor:
+        """The rows of ``frame`` encoded: float32 ``(N, in_features)``. Errors call the table ``source`` (e.g. the
+        file being predicted), by default the encoder's own ``source``."""
+        if source is not None and source != self.source:
+            where = self.source
+            self.source = source
+            try:
+                return self.transform(frame)
+            finally:
+                self.source = where
         self._require_fitted()
         parts = []
         if self.numeric_columns:

@@ -320,12 +320,7 @@ class TabularDataModule(BaseDataModule):
                 f"{NAME}: {source} lacks the feature column(s) {missing} the model was trained on "
                 f"(columns it has: {shown_fields(list(frame.columns))}); add them (a categorical column may be empty)"
             )
-        where = self.encoder.source
-        self.encoder.source = source  # errors name the table being predicted
-        try:
-            features = self.encoder.transform(frame)
-        finally:
-            self.encoder.source = where
+        features = self.encoder.transform(frame, source=source)  # errors name the table being predicted
         return BatchedTensorDataset(features), list(range(len(frame)))
 
     def raw_examples(self, count: int = 5) -> "pd.DataFrame":
