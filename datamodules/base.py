@@ -93,6 +93,8 @@ class BaseDataModule(LightningDataModule):
     A subclass takes these arguments as ``**kwargs`` and passes them on to ``BaseDataModule.__init__`` (LightningCLI
     and ``--data.help`` still list them, with the documentation above); it names only those whose default it changes
     and those it sets itself (``fixed_arguments``).
+
+    What the ``recipes`` command asks of a data module (this one or your own): ``datamodules.recipe_contract``.
     """
 
     #: The loopwise data modules set it: ``__init__`` then saves the constructor arguments as the hyperparameters

@@ -71,6 +71,10 @@ class FineTuning:
         (``pretrained = True``, e.g. the Hugging Face networks). Its first loss is then no fresh network's."""
         return self.initial_weights is not None or bool(getattr(self.network, "pretrained", False))
 
+    def restored_from_checkpoint(self) -> None:
+        """A checkpoint's weights were restored into the network: ``init_from`` is not loaded over them."""
+        self.weights_in_place = True
+
     def load_weights(self, path: str | None = None) -> WeightsReport | None:
         """Load ``init_from`` (or ``path``, its local copy) into the network once; ``None`` without ``init_from``."""
         spec = self.initial_weights

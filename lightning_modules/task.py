@@ -2,8 +2,8 @@
 
 ``Task`` owns what all tasks have in common: the injected network, the optimizer with two parameter groups, the
 learning-rate schedule (built from the trainer's real number of optimizer steps), one torchmetrics collection per
-stage, the monitored metric, and hyperparameters that let ``load_from_checkpoint`` rebuild the task. Subclasses
-add only their loss, metrics and how a batch becomes (outputs, targets).
+stage, the monitored metric, and hyperparameters that let ``load_from_checkpoint`` rebuild the task. Subclasses add
+only their loss, metrics and how a batch becomes (outputs, targets); ``recipe_contract`` lists what recipes ask of it.
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ class Task(LightningModule):
         return self.fine_tuning.weights_report
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.fine_tuning.weights_in_place = True  # the checkpoint's weights replace any initial ones
+        self.fine_tuning.restored_from_checkpoint()  # the checkpoint's weights replace any initial ones
         if TRAIN_METRIC_STATE in checkpoint:  # the partial epoch's train metrics, or a finished one's (logged at start)
             restore_epoch_metric_state(self.train_metrics, checkpoint[TRAIN_METRIC_STATE], self.global_rank, checkpoint.get("global_step"))
 

@@ -8,6 +8,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from datamodules.recipe_contract import class_names_of
+from lightning_modules.recipe_contract import confusion_matrices_of
 from recipes.tracking.tracked_run import tracked_run
 
 
@@ -44,13 +46,13 @@ class ConfusionMatrixArtifact(Callback):
     ``confusion_matrix_test.png`` to the MLflow run, from the module's ``last_confusion_matrix``."""
 
     def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        matrices = getattr(pl_module, "last_confusion_matrix", None)
+        matrices = confusion_matrices_of(pl_module)
         run = tracked_run(trainer)
         if not matrices or stage not in matrices or run is None or not trainer.is_global_zero:
             return
         import matplotlib.pyplot as plt
 
-        names = getattr(trainer.datamodule, "class_names", None)
+        names = class_names_of(trainer.datamodule)
         fig = confusion_figure(matrices[stage], names, f"{stage}, epoch {trainer.current_epoch}")
         try:
             run.log_figure(fig, f"confusion_matrix_{stage}.png")

@@ -24,6 +24,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, DistributedSampler
 
+from datamodules.recipe_contract import batch_size_of
+from lightning_modules.recipe_contract import schedule_of
 from recipes.tracking.tracked_run import tracked_run
 from recipes.callbacks.training_plan_figures import TrainingPlanFigures, parameter_phases
 
@@ -160,7 +162,7 @@ def plan_training(
 
 def schedule_warmup_steps(pl_module: pl.LightningModule, total_steps: int | None) -> int:
     """Warmup of the module's ``schedule``: ``resolved_warmup_steps(total)`` (WarmupCosine), else 0."""
-    schedule = getattr(pl_module, "schedule", None)
+    schedule = schedule_of(pl_module)
     resolve = getattr(schedule, "resolved_warmup_steps", None)
     if callable(resolve) and total_steps is not None:
         return int(resolve(total_steps))
@@ -181,8 +183,8 @@ def plan_from_trainer(trainer: pl.Trainer, pl_module: pl.LightningModule) -> tup
     batch_size = loader.batch_size
     if batch_size is None:  # a batch sampler decides the batches
         batches_override = len(loader)
-        batch_size = getattr(loader.batch_sampler, "batch_size", None) or getattr(
-            trainer.datamodule, "batch_size", None
+        batch_size = getattr(loader.batch_sampler, "batch_size", None) or batch_size_of(
+            trainer.datamodule
         )
         if batch_size is None:
             return None, "the train loader's batch sampler has no batch_size"

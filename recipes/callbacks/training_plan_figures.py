@@ -7,12 +7,14 @@ from typing import Any, Literal
 
 import lightning.pytorch as pl
 
+from lightning_modules.recipe_contract import fine_tuning_of
+
 
 def parameter_phases(pl_module: pl.LightningModule) -> tuple[tuple[int, int, int], ...]:
     """(first epoch, trainable, frozen) parameter counts of the module's network per phase of its fine-tuning
     schedule (``Task.fine_tuning.phases()``); for another module, one phase counted from ``requires_grad``."""
-    fine_tuning = getattr(pl_module, "fine_tuning", None)
-    if fine_tuning is not None and callable(getattr(fine_tuning, "phases", None)):
+    fine_tuning = fine_tuning_of(pl_module)
+    if fine_tuning is not None:
         return tuple(tuple(phase) for phase in fine_tuning.phases())  # type: ignore[misc]
     counts = [(p.numel(), p.requires_grad) for p in pl_module.parameters()]
     trainable = sum(n for n, grad in counts if grad)

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from datamodules.recipe_contract import settings_outside_split
+
 EVALUATION_STAGES = ("validate", "test", "predict")
-# settings of the loaders only: they change how rows are batched and moved, never which rows a split holds
-# settings that do not change which rows are in a split (predict_path only names new data to predict)
-LOADER_SETTINGS = frozenset(
-    {"batch_size", "num_workers", "pin_memory", "drop_last", "device_resident", "predict_path", "prompt_path"}
-)
+# settings that do not change which rows are in a split: the loaders' and the new data's to predict (a data class
+# names its own: ``datamodules.recipe_contract.SettingsOutsideSplit``); these are the defaults
+LOADER_SETTINGS = settings_outside_split(None)
 ALLOW_TAG = "loopwise.allow_data_change"
 
 
@@ -49,15 +49,18 @@ def comparable(value: Any) -> Any:
     return value
 
 
-def data_changes(trained: Mapping[str, Any] | None, now: Mapping[str, Any]) -> list[DataChange]:
+def data_changes(
+    trained: Mapping[str, Any] | None, now: Mapping[str, Any], ignored: frozenset[str] = LOADER_SETTINGS
+) -> list[DataChange]:
     """The settings of ``trained`` (a checkpoint's ``datamodule_hyper_parameters``) that ``now`` (this run's data
-    ``init_args``) sets to another value. Loader-only settings, Lightning's bookkeeping keys (``_class_path``, ...)
-    and settings one side does not have (a checkpoint from an older loopwise) are not compared."""
+    ``init_args``) sets to another value. The ``ignored`` settings (the loaders' and the new data's), Lightning's
+    bookkeeping keys (``_class_path``, ...) and settings one side does not have (a checkpoint from an older loopwise)
+    are not compared."""
     if not trained:
         return []
     changes = []
     for name, value in trained.items():
-        if name.startswith("_") or name in LOADER_SETTINGS or name not in now:
+        if name.startswith("_") or name in ignored or name not in now:
             continue
         if comparable(value) != comparable(now[name]):
             changes.append(DataChange(name, value, now[name]))
@@ -69,13 +72,14 @@ class DataSettingsChanged(ValueError):
 
 
 def guard_data_settings(
-    ckpt_path: str, stage: str, trained: Mapping[str, Any] | None, now: Mapping[str, Any], allow: bool
+    ckpt_path: str, stage: str, trained: Mapping[str, Any] | None, now: Mapping[str, Any], allow: bool,
+    ignored: frozenset[str] = LOADER_SETTINGS,
 ) -> list[DataChange]:
     """For ``validate``/``test``/``predict``: raise ``DataSettingsChanged`` (one line, with the fix) when the data settings
     differ from the checkpoint's, unless ``allow``; return the differences (empty for ``fit`` and matching data)."""
     if stage not in EVALUATION_STAGES:
         return []
-    changes = data_changes(trained, now)
+    changes = data_changes(trained, now, ignored)
     if changes and not allow:
         flags = " ".join(f"--data.init_args.{c.name} {c.trained}" for c in changes)
         raise DataSettingsChanged(

@@ -85,13 +85,14 @@ def default_monitor_of(class_path: str) -> str | None:
     other ``Task`` subclasses already imported in this process; nothing it names is ever imported.
     """
     from lightning_modules import Task  # noqa: PLC0415  (loopwise's own tasks, slow to import: only when needed)
+    from lightning_modules.recipe_contract import default_monitor_of as contract_default_monitor  # noqa: PLC0415
 
     for cls in task_classes(Task):
         names = {f"{cls.__module__}.{cls.__qualname__}"}
         if cls.__module__.startswith("lightning_modules."):
             names.add(f"lightning_modules.{cls.__qualname__}")  # the short path the package exports
         if class_path in names:
-            default = getattr(cls, "default_monitor", None)
+            default = contract_default_monitor(cls, None)
             return str(default) if default else None
     return None
 

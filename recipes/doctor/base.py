@@ -1,7 +1,8 @@
 """The base classes of the loop doctor's parts: each is a Lightning ``Callback`` with only the hooks it needs.
 
 A part works on its own in ``Trainer(callbacks=[...])``; ``LoopDoctor`` owns several and forwards each Lightning
-hook to the parts whose ``hooks()`` name it, so a hook that no enabled part needs costs nothing per step.
+hook to the parts whose ``hooks()`` name it (``recipes.hooks.forwarding``, the callback group's mechanism), so a hook
+that no enabled part needs calls no part.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from recipes.doctor.findings import Finding, FindingsReporter
+from recipes.hooks.forwarding import HOOKS, defines
 
 # the Lightning hooks a part may override ("setup" is each part's own start-of-fit reset, see DoctorPart.setup)
-CALLBACK_HOOKS: tuple[str, ...] = tuple(
-    name for name in vars(Callback) if name.startswith("on_") or name == "teardown"
-)
+CALLBACK_HOOKS: tuple[str, ...] = tuple(name for name in HOOKS if name != "setup")
 
 
 class DoctorPart(Callback):
@@ -30,7 +30,7 @@ class DoctorPart(Callback):
 
     def hooks(self) -> tuple[str, ...]:
         """The Lightning hooks this part needs called (those its class overrides); ``LoopDoctor`` forwards these."""
-        return tuple(name for name in CALLBACK_HOOKS if getattr(type(self), name) is not getattr(Callback, name))
+        return tuple(name for name in CALLBACK_HOOKS if defines(self, name))
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":

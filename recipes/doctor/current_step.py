@@ -30,8 +30,10 @@ from torch import Tensor
 
 from lightning_modules.read_steps import is_read_step
 from lightning_modules.batches import split_batch
-from recipes.doctor.base import DoctorCheck, DoctorPart
+from lightning_modules.recipe_contract import clipping_measures_gradient_norm, measured_gradient_norm
+from recipes.doctor.base import CALLBACK_HOOKS, DoctorCheck, DoctorPart
 from recipes.doctor.findings import FindingsReporter
+from recipes.hooks.forwarding import ForwardingCallback, defines
 
 # the hooks at which the kept steps are read (besides the optimizer step of a logging step, see ``CurrentStep``)
 READ_HOOKS = ("on_validation_start", "on_train_epoch_end", "on_train_end", "on_save_checkpoint")
@@ -191,8 +193,7 @@ class CurrentStep(DoctorPart):
         step = self.current
         read_now = is_read_step(trainer)  # read before this update: a non-finite step is stopped before it
         if step is not None and self.measure_gradients:
-            measured_later = getattr(pl_module, "clipping_measures_gradient_norm", None)
-            if not read_now and callable(measured_later) and measured_later():
+            if not read_now and clipping_measures_gradient_norm(pl_module):
                 step.norm_from_module = True
             else:
                 step.gradient_norm = total_gradient_norm(optimizer)
@@ -206,7 +207,7 @@ class CurrentStep(DoctorPart):
         if step is None or step.read:
             return
         if step.norm_from_module:
-            step.gradient_norm = getattr(pl_module, "gradient_norm", None)
+            step.gradient_norm = measured_gradient_norm(pl_module)
             step.norm_from_module = False
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if self.record_batch and isinstance(loss, Tensor):
@@ -279,10 +280,11 @@ def read_values(kept: list[KeptStep]) -> list[tuple[float | None, float | None]]
     ]
 
 
-class StepCheck(DoctorCheck, StepReader):
+class StepCheck(DoctorCheck, ForwardingCallback, StepReader):
     """A check that reads the kept training steps: from the shared ``CurrentStep`` inside ``LoopDoctor``, or from
-    one of its own when used alone (then this check forwards the recording and reading hooks to it;
-    ``needs_batch``/``needs_gradients`` say what it keeps). A subclass implements ``read_steps``."""
+    one of its own when used alone (then this check forwards the recording and reading hooks, ``STEP_HOOKS``, to it
+    as the callback group forwards: ``ForwardingCallback``; ``needs_batch``/``needs_gradients`` say what it keeps).
+    A subclass implements ``read_steps``; one that overrides a hook of ``STEP_HOOKS`` calls ``super()``'s."""
 
     needs_batch = False
     needs_gradients = False
@@ -291,58 +293,20 @@ class StepCheck(DoctorCheck, StepReader):
         self.records_step = step is None
         self.step = step if step is not None else CurrentStep(self.needs_batch, self.needs_gradients)
         self.step.subscribe(self)
-        super().__init__(reporter)
+        DoctorCheck.__init__(self, reporter)
+        ForwardingCallback.__init__(self, [(self.step, STEP_HOOKS)] if self.records_step else [])
 
     def reset(self) -> None:
         if self.records_step:
             self.step.reset()
 
     def hooks(self) -> tuple[str, ...]:
-        names = super().hooks()
+        own = [name for name in CALLBACK_HOOKS if defines(self, name, StepCheck)]  # a subclass's own hooks
         if self.records_step:
+            names = tuple(name for name in CALLBACK_HOOKS if name in STEP_HOOKS or name in own)
             return tuple(dict.fromkeys(names + self.step.hooks()))
-        # shared step: only the hooks a subclass defines itself, not the forwarding ones below
-        return tuple(name for name in names if getattr(type(self), name) is not getattr(StepCheck, name, None))
-
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        if self.records_step:
-            self.step.on_train_batch_start(trainer, pl_module, batch, batch_idx)
-
-    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
-        if self.records_step:
-            self.step.on_before_backward(trainer, pl_module, loss)
-
-    def on_before_optimizer_step(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        if self.records_step:
-            self.step.on_before_optimizer_step(trainer, pl_module, optimizer)
-
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        if self.records_step:
-            self.step.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.records_step:
-            self.step.on_validation_start(trainer, pl_module)
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.records_step:
-            self.step.on_train_epoch_end(trainer, pl_module)
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.records_step:
-            self.step.on_train_end(trainer, pl_module)
-
-    def on_save_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        if self.records_step:
-            self.step.on_save_checkpoint(trainer, pl_module, checkpoint)
+        # shared step: only the hooks a subclass defines itself, not the forwarding ones
+        return tuple(own)
 
 
 __all__ = [

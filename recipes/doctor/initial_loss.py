@@ -12,6 +12,7 @@ import math
 
 import lightning.pytorch as pl
 
+from lightning_modules.recipe_contract import ExpectsInitialLoss, ExplainsInitialLoss, MulticlassTask
 from lightning_modules.task import initial_loss_wording
 from recipes.doctor.current_step import CurrentStep, ReadStep, StepCheck
 from recipes.doctor.findings import FindingsReporter
@@ -19,7 +20,9 @@ from recipes.doctor.findings import FindingsReporter
 
 def is_multiclass_module(pl_module: pl.LightningModule) -> bool:
     """Whether the module is a softmax classifier over ``num_classes`` classes (``task="multiclass"``)."""
-    return getattr(pl_module, "task", None) == "multiclass" and isinstance(getattr(pl_module, "num_classes", None), int)
+    if not isinstance(pl_module, MulticlassTask):
+        return False
+    return pl_module.task == "multiclass" and isinstance(pl_module.num_classes, int)
 
 
 def expected_initial_loss(pl_module: pl.LightningModule) -> tuple[float, str] | None:
@@ -29,13 +32,13 @@ def expected_initial_loss(pl_module: pl.LightningModule) -> tuple[float, str] | 
     ``explain_expected_initial_loss(value)`` when it has one; any other module is a softmax classifier over
     ``num_classes`` (``is_multiclass_module``, expected ln(num_classes)) or has no reference value.
     """
-    expected_of = getattr(pl_module, "expected_initial_loss", None)
-    if callable(expected_of):
-        expected = expected_of()
+    if isinstance(pl_module, ExpectsInitialLoss):
+        expected = pl_module.expected_initial_loss()
         if expected is None:
             return None
-        explain = getattr(pl_module, "explain_expected_initial_loss", None)
-        return expected, explain(expected) if callable(explain) else initial_loss_wording(expected)
+        if isinstance(pl_module, ExplainsInitialLoss):
+            return expected, pl_module.explain_expected_initial_loss(expected)
+        return expected, initial_loss_wording(expected)
     if is_multiclass_module(pl_module):
         classes = int(pl_module.num_classes)
         if classes >= 2:

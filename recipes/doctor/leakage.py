@@ -8,29 +8,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities.seed import isolate_rng
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.recipe_contract import SplitDatasets, split_datasets_of
 from recipes.doctor.base import DoctorCheck
 from recipes.doctor.findings import FindingsReporter
 from recipes.doctor.sample_hashing import sample_hashes
-
-
-class SplitDatasets(Protocol):
-    """A data module that names its splits' datasets: ``datasets["train"]`` and ``datasets["val"]`` (hashed instead
-    of the datasets of the trainer's loaders)."""
-
-    datasets: Mapping[str, Dataset]
 
 
 def split_datasets(trainer: pl.Trainer) -> tuple[Dataset | None, list[Dataset] | None]:
     """(train dataset, val datasets) of a fit: the data module's ``datasets`` (``SplitDatasets``), else the datasets
     of the trainer's loaders. The train dataset is ``None`` when the train loader is not one ``DataLoader``; the val
     datasets are ``None`` while the val loaders are not loaded yet."""
-    datasets = getattr(trainer.datamodule, "datasets", None)
+    datasets = split_datasets_of(trainer.datamodule)
     if isinstance(datasets, Mapping) and datasets.get("train") is not None and datasets.get("val") is not None:
         return datasets["train"], [datasets["val"]]
     train_loader = trainer.train_dataloader

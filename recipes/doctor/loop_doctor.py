@@ -2,21 +2,19 @@
 
 It owns the enabled checks (one reporter and one ``CurrentStep`` shared by all) and forwards each Lightning hook
 to the parts that define it, in one fixed order: the step record, mode, leakage, data wait, non-finite, initial
-loss, gradient norm, schedule. The data-wait timer brackets the other parts' training-batch hooks, so their time
-counts neither as waiting for data nor as the step's compute.
+loss, gradient norm, schedule, unused parameters. The forwarding is the callback group's
+(``recipes.hooks.forwarding.ForwardingCallback``); the doctor adds three hooks of its own: ``setup`` builds fresh
+parts for each fit, ``on_train_end`` summarizes the findings after the parts' own, and the data-wait timer brackets
+the other parts' training-batch hooks, so their time counts neither as waiting for data nor as the step's compute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
-from lightning.pytorch.callbacks import Callback
-from torch import Tensor
 
-from recipes.doctor.base import DoctorCheck, DoctorPart
+from recipes.doctor.base import CALLBACK_HOOKS, DoctorCheck, DoctorPart
 from recipes.doctor.current_step import CurrentStep
 from recipes.doctor.data_wait import DataWaitCheck
 from recipes.doctor.findings import Finding, FindingsReporter
@@ -27,33 +25,15 @@ from recipes.doctor.non_finite import NonFiniteCheck
 from recipes.doctor.schedule import ScheduleCheck
 from recipes.doctor.train_eval_mode import TrainEvalModeCheck
 from recipes.doctor.unused_parameters import UnusedParametersCheck
+from recipes.hooks.forwarding import ForwardingCallback
 
-# the hooks LoopDoctor forwards to its parts (a part needing another one is a programming error, see _assemble)
-FORWARDED_HOOKS = (
-    "teardown",
-    "on_fit_start",
-    "on_sanity_check_start",
-    "on_train_start",
-    "on_train_epoch_start",
-    "on_train_batch_start",
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_train_batch_end",
-    "on_train_epoch_end",
-    "on_validation_start",
-    "on_validation_epoch_start",
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_validation_end",
-    "on_train_end",
-    "on_save_checkpoint",
-)
+# the hooks LoopDoctor forwards to its parts: every Lightning hook but ``setup`` (a part's start-of-fit reset)
+FORWARDED_HOOKS = CALLBACK_HOOKS
 # the data-wait timer's hooks, which LoopDoctor calls in halves around the other parts' batch hooks
 TIMED_HOOKS = ("on_train_batch_start", "on_train_batch_end")
 
 
-class LoopDoctor(Callback):
+class LoopDoctor(ForwardingCallback):
     """Checks that make the silent training-loop bugs of the seed articles loud; each one can be switched off.
 
     Findings are warned once per check (``LoopDoctorWarning``), kept in ``findings`` (``Finding(check, message,
@@ -170,15 +150,14 @@ class LoopDoctor(Callback):
         self.parts = [part for part in parts if part is not None]
         self.checks: dict[str, DoctorCheck] = {part.name: part for part in self.parts if isinstance(part, DoctorCheck)}
         self._data_wait_timer = data_wait
-        forward: dict[str, list[Callable[..., Any]]] = {name: [] for name in FORWARDED_HOOKS}
+        forwarded: list[tuple[DoctorPart, list[str]]] = []
         for part in self.parts:
-            for name in part.hooks():
-                if name not in forward:
-                    raise TypeError(f"LoopDoctor does not forward {name} (needed by {type(part).__name__})")
-                if part is data_wait and name in TIMED_HOOKS:
-                    continue  # called in halves around the other parts' batch hooks
-                forward[name].append(getattr(part, name))
-        self._forward = {name: tuple(hooks) for name, hooks in forward.items()}
+            names = part.hooks()
+            if "setup" in names:  # LoopDoctor.setup builds the parts; each part's setup is its own reset
+                raise TypeError(f"LoopDoctor does not forward setup (needed by {type(part).__name__})")
+            # the data-wait timer's batch hooks are called in halves around the other parts' (on_train_batch_start)
+            forwarded.append((part, [name for name in names if not (part is data_wait and name in TIMED_HOOKS)]))
+        self.forward_to(forwarded)
 
     def _value(self, check: str, attribute: str, default: Any) -> Any:
         part = self.checks.get(check)
@@ -219,41 +198,15 @@ class LoopDoctor(Callback):
         """Whether ``check`` has a finding in this fit."""
         return self.reporter.reported(check)
 
-    # --- Lightning hooks, forwarded -----------------------------------------------------------------------------
+    # --- Lightning hooks: the doctor's own (every other hook is forwarded as it is, see ForwardingCallback) ------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             self._assemble()
 
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        for hook in self._forward["teardown"]:
-            hook(trainer, pl_module, stage)
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_fit_start"]:
-            hook(trainer, pl_module)
-
-    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_sanity_check_start"]:
-            hook(trainer, pl_module)
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_train_start"]:
-            hook(trainer, pl_module)
-
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_train_end"]:
+        for hook in self.hook_calls["on_train_end"]:
             hook(trainer, pl_module)
         self.reporter.summarize(trainer)
-
-    def on_save_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        for hook in self._forward["on_save_checkpoint"]:
-            hook(trainer, pl_module, checkpoint)
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_train_epoch_start"]:
-            hook(trainer, pl_module)
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -261,24 +214,10 @@ class LoopDoctor(Callback):
         timer = self._data_wait_timer
         if timer is not None:
             timer.wait_ended()
-        for hook in self._forward["on_train_batch_start"]:
+        for hook in self.hook_calls["on_train_batch_start"]:
             hook(trainer, pl_module, batch, batch_idx)
         if timer is not None:
             timer.step_started()
-
-    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
-        for hook in self._forward["on_before_backward"]:
-            hook(trainer, pl_module, loss)
-
-    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_after_backward"]:
-            hook(trainer, pl_module)
-
-    def on_before_optimizer_step(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        for hook in self._forward["on_before_optimizer_step"]:
-            hook(trainer, pl_module, optimizer)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -286,44 +225,10 @@ class LoopDoctor(Callback):
         timer = self._data_wait_timer
         if timer is not None:
             timer.step_ended()
-        for hook in self._forward["on_train_batch_end"]:
+        for hook in self.hook_calls["on_train_batch_end"]:
             hook(trainer, pl_module, outputs, batch, batch_idx)
         if timer is not None:
             timer.wait_started()
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_train_epoch_end"]:
-            hook(trainer, pl_module)
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_validation_start"]:
-            hook(trainer, pl_module)
-
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_validation_epoch_start"]:
-            hook(trainer, pl_module)
-
-    def on_validation_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        for hook in self._forward["on_validation_batch_start"]:
-            hook(trainer, pl_module, batch, batch_idx, dataloader_idx)
-
-    def on_validation_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        for hook in self._forward["on_validation_batch_end"]:
-            hook(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._forward["on_validation_end"]:
-            hook(trainer, pl_module)
 
 
 __all__ = ["FORWARDED_HOOKS", "LoopDoctor"]

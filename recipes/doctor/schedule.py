@@ -14,6 +14,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.optim.lr_scheduler import CyclicLR, OneCycleLR
 
+from lightning_modules.recipe_contract import configured_schedule_of
 from recipes.doctor.base import DoctorCheck
 from recipes.doctor.findings import FindingsReporter
 
@@ -27,8 +28,7 @@ class ScheduleError(ValueError):
 
 def configured_schedule(pl_module: pl.LightningModule) -> Any:
     """The module's description of its LR scheduler (``Task.configured_schedule()``), ``None`` for other modules."""
-    describe = getattr(pl_module, "configured_schedule", None)
-    return describe() if callable(describe) else None
+    return configured_schedule_of(pl_module)
 
 
 def per_step_reason(trainer: pl.Trainer, scheduler: Any, schedule: Any) -> str | None:

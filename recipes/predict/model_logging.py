@@ -21,6 +21,7 @@ from recipes.tracking.registered_model_name import (  # noqa: F401  (re-exported
     REGISTERED_MODEL_NAME_MAX,
     check_registered_model_name,
 )
+from datamodules.recipe_contract import raw_examples_of
 from recipes.tracking.tracked_run import tracked_run
 
 MODEL_CODE = Path(__file__).with_name("pyfunc_model.py")
@@ -81,8 +82,7 @@ class MlflowModel(Callback):
     @staticmethod
     def input_example(pl_module: pl.LightningModule, datamodule: Any) -> tuple[Any, Any] | None:
         """(raw rows, their predictions) for the model's signature, or ``None`` when the data has no raw rows."""
-        raw = getattr(datamodule, "raw_examples", None)
-        frame = raw() if callable(raw) else None
+        frame = raw_examples_of(datamodule)
         if frame is None:
             return None
         from recipes.predict.predictions import predict_frame

@@ -12,21 +12,24 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
+from datamodules.recipe_contract import id_name_of, prediction_ids_of
+from lightning_modules.recipe_contract import prediction_columns_of
 from recipes.tracking.tracked_run import tracked_run
 
 
-def prediction_table(pl_module: Any, datamodule: Any, outputs: Tensor) -> tuple[list[str], list[list[Any]]]:
+def prediction_table(
+    pl_module: Any, datamodule: Any, outputs: Tensor, ids: Sequence[Any] | None = None
+) -> tuple[list[str], list[list[Any]]]:
     """Header and rows of the predictions CSV: the id column (the data module's ``id_name``, e.g. ``row`` or
-    ``path``, from its ``prediction_ids``), then the task's ``prediction_columns`` (``prediction``,
-    ``prob_<class>``), or ``output_0..k`` for a task without them."""
-    describe = getattr(pl_module, "prediction_columns", None)
-    columns = describe(outputs, datamodule) if callable(describe) else None
+    ``path``, with ``ids`` or else its ``prediction_ids``), then the task's ``prediction_columns``
+    (``prediction``, ``prob_<class>``), or ``output_0..k`` for a task without them."""
+    columns = prediction_columns_of(pl_module, outputs, datamodule)
     if columns is None:
         width = outputs.shape[1]
         names = ["output"] if width == 1 else [f"output_{i}" for i in range(width)]
         columns = {name: outputs[:, i].tolist() for i, name in enumerate(names)}
-    ids = list(getattr(datamodule, "prediction_ids", None) or [])
-    id_name = str(getattr(datamodule, "id_name", "row"))
+    ids = prediction_ids_of(datamodule) if ids is None else list(ids)
+    id_name = id_name_of(datamodule)
     if len(ids) != len(outputs):
         ids, id_name = list(range(len(outputs))), "row"
     header = [id_name, *columns]
@@ -133,6 +136,5 @@ def predict_frame(task: pl.LightningModule, datamodule: Any, frame: Any) -> Any:
     finally:
         task.train(was_training)
     outputs = torch.cat(batches) if batches else torch.empty(0, 1)
-    datamodule.prediction_ids = ids
-    header, rows = prediction_table(task, datamodule, outputs)
+    header, rows = prediction_table(task, datamodule, outputs, ids)
     return pd.DataFrame(rows, columns=header)

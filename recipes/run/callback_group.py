@@ -4,7 +4,8 @@ Lightning calls every hook on every callback of the trainer, whether the callbac
 inside a profiler context with the callback's ``state_key``: about a microsecond apiece, six hooks per training step
 times the number of callbacks. On a small network that is a tenth of the step. Most of a recipe's callbacks act at
 the start or end of a fit, an epoch or a validation; gathered in one group they cost one such call per hook, and the
-group calls only the members that define it, in their order.
+group calls only the members that define it, in their order (the forwarding is ``recipes.hooks.forwarding``'s, which
+the loop doctor uses too).
 
 Callbacks that Lightning must find on their own (checkpoints, early stopping, progress bars, model summaries), that
 keep state in checkpoints, or whose place among the others matters, stay out of the group.
@@ -12,22 +13,18 @@ keep state in checkpoints, or whose place among the others matters, stay out of 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from recipes.hooks.forwarding import HOOKS, ForwardingCallback, defined_hooks, defines
+
 # the hooks the group forwards: every ``on_*`` hook of Lightning's Callback, ``setup`` and ``teardown``
-FORWARDED = tuple(name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown"))
+FORWARDED = HOOKS
 
 
-def defines(callback: Callback, hook: str) -> bool:
-    """Whether ``callback``'s class overrides ``hook`` (Lightning's base class defines every hook as a no-op)."""
-    return getattr(type(callback), hook, None) is not getattr(Callback, hook)
-
-
-class CallbackGroup(Callback):
+class CallbackGroup(ForwardingCallback):
     """Callbacks called as one: each hook goes to the members that define it, in the members' order.
 
     Args:
@@ -41,10 +38,7 @@ class CallbackGroup(Callback):
             raise ValueError(f"CallbackGroup: {', '.join(stateful)} keep checkpoint state: give them to the Trainer")
         self.members = list(members)
         self._state_key = f"CallbackGroup[{','.join(type(m).__name__ for m in self.members)}]"
-        #: per hook: the members' bound methods it calls, in order
-        self.hook_calls: dict[str, tuple[Callable[..., Any], ...]] = {
-            name: tuple(getattr(m, name) for m in self.members if defines(m, name)) for name in FORWARDED
-        }
+        super().__init__((member, defined_hooks(member)) for member in self.members)
 
     @property
     def state_key(self) -> str:
@@ -53,25 +47,6 @@ class CallbackGroup(Callback):
     def member(self, kind: type) -> Any:
         """The first member that is a ``kind``, or ``None``."""
         return next((m for m in self.members if isinstance(m, kind)), None)
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        for call in self.hook_calls["setup"]:
-            call(trainer, pl_module, stage)
-
-
-def _forwarder(name: str) -> Callable[..., None]:
-    def forward(self: CallbackGroup, *args: Any, **kwargs: Any) -> None:
-        for call in self.hook_calls[name]:
-            call(*args, **kwargs)
-
-    forward.__name__ = forward.__qualname__ = name
-    forward.__doc__ = f"Call ``{name}`` on the members that define it."
-    return forward
-
-
-for _name in FORWARDED:
-    if _name != "setup":
-        setattr(CallbackGroup, _name, _forwarder(_name))
 
 
 __all__ = ["FORWARDED", "CallbackGroup", "defines"]

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from jsonargparse import Namespace
+from lightning.pytorch import LightningModule
+
+from datamodules.recipe_contract import data_size, load_data_state
+from lightning_modules.recipe_contract import data_mismatch_of
 
 TASK = "model.init_args."
 NETWORK = "model.init_args.model.init_args."
@@ -36,10 +40,7 @@ class DataSizeError(ValueError):
 
 def read_size(datamodule: Any, name: str) -> Any:
     """``datamodule.<name>``, or ``UNKNOWN`` when the data module has no such attribute."""
-    try:
-        return getattr(datamodule, name)
-    except AttributeError:
-        return UNKNOWN
+    return data_size(datamodule, name, UNKNOWN)
 
 
 def output_width(datamodule: Any, config: Namespace) -> Any:
@@ -180,15 +181,12 @@ class DataSizes:
         if self.data_state is None or id(datamodule) in self.restored:
             return
         self.restored.add(id(datamodule))
-        load = getattr(datamodule, "load_state_dict", None)
-        if callable(load):
-            load(self.data_state)
+        load_data_state(datamodule, self.data_state)
 
     def check_task_fits(self, datamodule: Any) -> None:
         """A task on data of another kind is an error: the task class's ``data_mismatch(datamodule)`` says why."""
         task = class_at(self.config, "model")
-        mismatch = getattr(task, "data_mismatch", None)
-        reason = mismatch(datamodule) if callable(mismatch) else None
+        reason = data_mismatch_of(task, datamodule)
         if reason:
             raise DataSizeError(reason)
 
@@ -200,7 +198,7 @@ class DataSizes:
         also where jsonargparse ignored the link because the class has no such parameter (``in_features`` of a
         ``ConvNet``); a checkpoint with those would not rebuild its module. Call after the classes are built.
         """
-        hparams = getattr(task, "hparams", None)
+        hparams = task.hparams if isinstance(task, LightningModule) else None  # Lightning's own member
         if hparams is None:
             return
         for target in self.not_taken:

@@ -18,6 +18,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from lightning_modules.fine_tuning import TRACKED_REFERENCE_PREFIXES
+from lightning_modules.recipe_contract import LoadsInitialWeights, fine_tuning_of, weights_report_of
 from recipes.checkpoints.locations import resolve_checkpoint
 from recipes.tracking.tracked_run import tracked_run
 
@@ -27,9 +28,9 @@ def load_task_initial_weights(
 ) -> str | None:
     """Load the task's ``init_from`` now (fetching a tracked run's checkpoint); returns the report's summary line,
     ``None`` when the task has no ``init_from``."""
-    fine_tuning = getattr(model, "fine_tuning", None)
-    spec = getattr(fine_tuning, "initial_weights", None)
-    if spec is None:
+    fine_tuning = fine_tuning_of(model)
+    spec = fine_tuning.initial_weights if fine_tuning is not None else None
+    if spec is None or not isinstance(model, LoadsInitialWeights):
         return None
     local = None
     if spec.path.startswith(TRACKED_REFERENCE_PREFIXES):
@@ -48,8 +49,8 @@ class InitialWeightsRecord(Callback):
         self.recorded = False
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        fine_tuning = getattr(pl_module, "fine_tuning", None)
-        report = getattr(pl_module, "weights_report", None)
+        fine_tuning = fine_tuning_of(pl_module)
+        report = weights_report_of(pl_module)
         if fine_tuning is None or self.recorded or not trainer.is_global_zero:
             return
         self.recorded = True
@@ -71,8 +72,8 @@ class InitialWeightsRecord(Callback):
             run.set_tag("loopwise.init_from", report.source)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        fine_tuning = getattr(pl_module, "fine_tuning", None)
-        if getattr(fine_tuning, "freeze_schedule", None) is None:
+        fine_tuning = fine_tuning_of(pl_module)
+        if fine_tuning is None or fine_tuning.freeze_schedule is None:
             return
         # from the schedule, not requires_grad: the schedule (a model callback) runs its epoch-start hook after this one
         trainable = [t for start, t, _ in fine_tuning.phases() if start <= trainer.current_epoch][-1]

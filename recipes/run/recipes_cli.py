@@ -24,12 +24,14 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
+from datamodules.recipe_contract import new_data_settings_of, predicts_new_data, settings_outside_split
+from lightning_modules.recipe_contract import monitor_mode_of, monitor_of
 from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook
 from recipes.callbacks import LoopDoctor
 from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
 from recipes.checkpoints.locations import resolve_checkpoint
-from recipes.run.data_sizes import DataSizeError, DataSizes, data_size_error
+from recipes.run.data_sizes import DataSizeError, DataSizes, class_at, data_size_error
 from recipes.run.device_settings import DeviceSettingError, apply_device_settings
 from recipes.tracking.evaluation_link import link_evaluation_run
 from recipes.run.initial_weights import load_task_initial_weights
@@ -177,11 +179,13 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         """Evaluation on the data settings the checkpoint was trained with, or on others only when allowed."""
         now = data_init_args(cfg)
         stage = str(self.config.get("subcommand"))
-        if stage == "predict" and (now.get("predict_path") or now.get("prompt_path")):
+        data_class = class_at(cfg, "data")
+        if stage == "predict" and any(now.get(name) for name in new_data_settings_of(data_class)):
             return []  # new data (or prompts), encoded with the checkpoint's preprocessing: the split plays no part
         try:
             changes = guard_data_settings(
-                checkpoint.path, stage, checkpoint.data_settings, now, bool(cfg.get("allow_data_change"))
+                checkpoint.path, stage, checkpoint.data_settings, now, bool(cfg.get("allow_data_change")),
+                settings_outside_split(data_class),
             )
         except DataSettingsChanged as err:
             raise RecipeInputError(str(err)) from None
@@ -234,8 +238,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             # before the trainer (and the MLflow run a resumed fit reopens): the wrong recipe's checkpoint is an input
             # error, not Lightning's long RuntimeError from load_state_dict
             check_state_dict_matches(self.checkpoint.path, self.checkpoint.shapes, self.model)
-        new_data = getattr(self.datamodule, "predicts_new_data", None)
-        if self.subcommand == "predict" and callable(new_data) and new_data():
+        if self.subcommand == "predict" and predicts_new_data(self.datamodule):
             try:  # the file to predict is read now: a bad one is an error before the run is made
                 self.datamodule.check_new_data()
             except INPUT_ERRORS as err:
@@ -270,8 +273,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             stage=self.subcommand,
             experiment=experiment_name(cfg),
             checkpoints_dir=cfg.checkpoints_dir,
-            monitor=getattr(self.model, "monitor", "val/loss"),
-            monitor_mode=getattr(self.model, "monitor_mode", "min"),
+            monitor=monitor_of(self.model),
+            monitor_mode=monitor_mode_of(self.model),
             tracked=is_tracked(cfg),
             early_stopping_patience=cfg.get("early_stopping_patience"),
             predictions_path=cfg.get("predictions_path"),

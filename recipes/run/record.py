@@ -8,6 +8,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.cli import SaveConfigCallback
 
+from datamodules.recipe_contract import batch_size_of, data_size, split_sizes_of
+from lightning_modules.recipe_contract import network_of, schedule_of
 from recipes.tracking.tracked_run import tracked_run
 
 
@@ -16,7 +18,7 @@ def curated_params(trainer: pl.Trainer, module: pl.LightningModule, seed: Any) -
     datamodule = trainer.datamodule
     params: dict[str, Any] = {
         "task": type(module).__name__,
-        "network": type(getattr(module, "model", module)).__name__,
+        "network": type(network_of(module)).__name__,
         "data": type(datamodule).__name__ if datamodule is not None else None,
         "seed": seed,
         "precision": trainer.precision,
@@ -31,22 +33,22 @@ def curated_params(trainer: pl.Trainer, module: pl.LightningModule, seed: Any) -
         params["optimizer"] = type(optimizer).__name__
         params["lr"] = optimizer.defaults.get("lr")
         params["weight_decay"] = optimizer.defaults.get("weight_decay")
-    schedule = getattr(module, "schedule", None)
+    schedule = schedule_of(module)
     if schedule is not None:
         params["schedule"] = type(schedule).__name__
         describe = getattr(schedule, "describe", None)
         for key, value in (describe() if callable(describe) else {}).items():
             params[f"schedule.{key}"] = value
-    batch_size = getattr(datamodule, "batch_size", None)
+    batch_size = batch_size_of(datamodule)
     if batch_size is not None:
         params["batch_size"] = batch_size
         params["effective_batch_size"] = batch_size * trainer.accumulate_grad_batches * trainer.world_size
     steps = trainer.estimated_stepping_batches
     params["total_optimizer_steps"] = steps if not math.isinf(steps) else "unbounded"
-    for split, size in (getattr(datamodule, "split_sizes", None) or {}).items():
+    for split, size in split_sizes_of(datamodule).items():
         params[f"{split}_samples"] = size
     for name in ("num_classes", "in_features"):
-        value = getattr(datamodule, name, None)
+        value = data_size(datamodule, name)
         if value is not None:
             params[name] = value
     return params

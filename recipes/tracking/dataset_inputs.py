@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch import LightningDataModule
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from datamodules.recipe_contract import new_data_of, source_paths_of, split_datasets_of
 from recipes.tracking.tracked_run import tracked_run
 
 SPLITS_OF_STAGE = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
-SOURCE_ATTRIBUTES = ("path", "root")
 DIGEST_LENGTH = 32
 
 
@@ -57,15 +58,19 @@ def file_digest(path: Path) -> str:
 
 def data_source(datamodule: Any) -> tuple[str, dict[str, Any], str]:
     """(source type, source description, name) of a data module: its file or folder, else its class and settings."""
-    for attribute in SOURCE_ATTRIBUTES:
-        value = getattr(datamodule, attribute, None)
+    for value in source_paths_of(datamodule):
         if isinstance(value, (str, Path)) and Path(value).exists():
             path = Path(value).resolve()
             return "local", {"uri": str(path), "source_digest": file_digest(path)}, path.name
-    settings = {k: v for k, v in dict(getattr(datamodule, "hparams", {}) or {}).items()
+    settings = {k: v for k, v in data_settings(datamodule).items()
                 if isinstance(v, (int, float, str, bool, list, type(None)))}
     cls = type(datamodule)
     return "code", {"class": f"{cls.__module__}.{cls.__qualname__}", "settings": settings}, cls.__name__
+
+
+def data_settings(datamodule: Any) -> dict[str, Any]:
+    """The data module's settings: Lightning's ``hparams`` of a ``LightningDataModule`` (none for other objects)."""
+    return dict(datamodule.hparams or {}) if isinstance(datamodule, LightningDataModule) else {}
 
 
 def dataset_tensors(dataset: Any) -> list[torch.Tensor] | None:
@@ -86,7 +91,7 @@ def split_record(datamodule: Any, split: str, dataset: Any) -> dict[str, Any]:
         schema = {"tensors": [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in tensors]}
     else:
         # the source's bytes (not where it lies) and the settings that choose the split's rows
-        settings = {k: v for k, v in dict(getattr(datamodule, "hparams", {}) or {}).items()
+        settings = {k: v for k, v in data_settings(datamodule).items()
                     if not (isinstance(v, str) and Path(v).exists())}
         identity = [source.get("source_digest", source.get("settings")), settings, split, size]
         fallback = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
@@ -101,10 +106,9 @@ def split_record(datamodule: Any, split: str, dataset: Any) -> dict[str, Any]:
 
 def stage_splits(datamodule: Any, stage: str) -> dict[str, Any]:
     """The datasets a command of ``stage`` uses, by split."""
-    datasets = dict(getattr(datamodule, "datasets", {}) or {})
+    datasets = dict(split_datasets_of(datamodule) or {})
     if stage == "predict":
-        new = getattr(datamodule, "new_data", None)
-        fresh = new() if callable(new) and getattr(datamodule, "predicts_new_data", lambda: False)() else None
+        fresh = new_data_of(datamodule)
         return {"predict": fresh[0]} if fresh else ({"predict": datasets["test"]} if "test" in datasets else {})
     return {split: datasets[split] for split in SPLITS_OF_STAGE.get(stage, ()) if split in datasets}
 
