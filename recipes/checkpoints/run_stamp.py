@@ -4,8 +4,8 @@
 * ``RunContinuity`` writes ``checkpoint["loopwise"] = {"mlflow_run_id": ..., "experiment": ...}`` into every
   checkpoint (plain strings, so ``torch.load(weights_only=True)`` reads it) and tags a continued run with the step it
   resumed at.
-* ``continue_stamped_run`` points the ``RecipeLogger`` of a resuming fit at the stamped run before the logger is
-  built. On a continued run, curated params whose value changed (e.g. ``max_epochs`` raised to train longer) cannot
+* ``continue_stamped_run`` says how to point the ``RecipeLogger`` of a resuming fit at the stamped run before the
+  logger is built (the changes of its config, which ``RecipesCLI.apply_to_config`` writes). On a continued run, curated params whose value changed (e.g. ``max_epochs`` raised to train longer) cannot
   be logged again (MLflow refuses a changed param): the new value is kept as the tag ``loopwise.resumed.<param>``
   (``TrackedRun.log_params_once``) and the param keeps the value of the first start.
 * A resume from a checkpoint older than the run's newest one (``--ckpt_path`` of an earlier epoch's copy, or the
@@ -36,6 +36,7 @@ from recipes.checkpoints.files import STAMP_KEY
 from recipes.checkpoints.run_lock import lock_fit_run
 from recipes.tracking.recreated_runs import current_run_id
 from recipes.tracking.journal import JOURNAL_NAME, read_journal
+from recipes.tracking.config import ConfigChanges
 from recipes.tracking.tracked_run import tracked_run
 
 RESUMED_FROM_TAG = "loopwise.resumed_from_run"
@@ -137,21 +138,22 @@ def continue_stamped_run(
     ckpt_path: str,
     tracking_uri: str,
     checkpoints_dir: str | Path | None = None,
-) -> None:
-    """``fit --ckpt_path``: attach the ``RecipeLogger`` config ``logger_config`` to the MLflow run stamped in the
-    checkpoint (its ``init_args.run_id``), in that run's experiment.
+) -> ConfigChanges:
+    """``fit --ckpt_path``: the changes of the ``RecipeLogger`` config ``logger_config`` (keys relative to it, e.g.
+    ``init_args.run_id``; ``logger_config`` itself is not changed) that attach it to the MLflow run stamped in the
+    checkpoint, in that run's experiment.
 
-    Nothing happens when the checkpoint has no stamp, a run id was given explicitly, or the run is not in this
+    No changes when the checkpoint has no stamp, a run id was given explicitly, or the run is not in this
     tracking store (then a new run starts, with a warning). A run ``recipes sync`` recreated under a new id is found
     by its old one. A checkpoint older than the run's newest one (its tag, or the run's journal under
     ``checkpoints_dir`` when the store missed the tag's last writes) starts a new run linked to it (module
     docstring).
     """
     if logger_config.get("init_args", Namespace()).get("run_id"):
-        return
+        return {}
     run_id = stamp.get("mlflow_run_id")
     if not run_id:
-        return
+        return {}
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
     client = MlflowClient(tracking_uri)
@@ -162,19 +164,19 @@ def continue_stamped_run(
             "training continues in a new run",
             stacklevel=2,
         )
-        return
+        return {}
     run = client.get_run(found)
     experiment = client.get_experiment(run.info.experiment_id)
     name = experiment.name if experiment is not None else stamp.get("experiment", "")
+    changes: ConfigChanges = {}
     if experiment is not None:
-        logger_config["init_args.experiment_name"] = experiment.name
+        changes["init_args.experiment_name"] = experiment.name
     step = stamp.get("step", "")
     known = [run.data.tags.get(CHECKPOINT_STEP_TAG, ""), journaled_checkpoint_step(checkpoints_dir, name, run_id)]
     newest = max((int(k) for k in known if k.isdigit()), default=None)
     if step.isdigit() and newest is not None and int(step) < newest:
-        tags = dict(logger_config.get("init_args.tags") or {})
-        tags.update({RESUMED_FROM_TAG: found, RESUMED_FROM_STEP_TAG: step})
-        logger_config["init_args.tags"] = tags
+        tags = {**(logger_config.get("init_args.tags") or {}), RESUMED_FROM_TAG: found, RESUMED_FROM_STEP_TAG: step}
+        changes["init_args.tags"] = tags
         if rank_zero_only.rank == 0:
             print(
                 f"recipes: {ckpt_path} is from step {step} of run {found}, which went on to step {newest}: "
@@ -182,5 +184,6 @@ def continue_stamped_run(
                 f"{step} is the old run's",
                 flush=True,
             )
-        return
-    logger_config["init_args.run_id"] = found
+        return changes
+    changes["init_args.run_id"] = found
+    return changes

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from recipes.tracking.config import (
     prepare_tracking,
     recipe_logger_config,
     start_tracked_run,
+    tracking_before_build,
     tracking_uri,
 )
 
@@ -96,6 +98,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self.checkpoint: CheckpointSummary | None = None  # the checked --ckpt_path, once parsed
+        self.ckpt_path_given: str | None = None  # --ckpt_path as the user gave it (best, last, mlflow:..., a file)
         self.data_changes: list[DataChange] = []  # evaluation on other data settings, allowed by the user
         self.data_sizes = DataSizes()  # the network's sizes, linked from the data module
         self.command_args = sys.argv[1:] if args is None else list(args)  # described in the run (run_description)
@@ -131,18 +134,29 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         try:
             check_trainer_settings(cfg)
             check_learning_rates(cfg)
-            configure_tracking(cfg)
+            self.apply_to_config(cfg, configure_tracking(cfg))
         except (TrackingServerUnreachable, ValueError) as err:
             raise RecipeInputError(str(err)) from None
         if cfg.get("ckpt_path"):
+            self.ckpt_path_given = str(cfg.ckpt_path)
             self.checkpoint = self.check_checkpoint(cfg)
-            cfg["ckpt_path"] = self.checkpoint.path
+            # the file: LightningCLI reads its hyperparameters next (_parse_ckpt_path) and passes it to the trainer;
+            # what the user typed is the run's tag loopwise.ckpt_path_given
+            self.apply_to_config(cfg, {"ckpt_path": self.checkpoint.path})
             self.data_changes = self.check_data_settings(cfg, self.checkpoint)
             logger = recipe_logger_config(cfg)
             if self.config.get("subcommand") == "fit" and logger is not None:
                 stamp, path = self.checkpoint.stamp, self.checkpoint.path
-                continue_stamped_run(logger, stamp, path, tracking_uri(cfg), cfg.get("checkpoints_dir"))
+                continued = continue_stamped_run(logger, stamp, path, tracking_uri(cfg), cfg.get("checkpoints_dir"))
+                self.apply_to_config(logger, continued)
                 self.lock_resumed_run(cfg)
+
+    @staticmethod
+    def apply_to_config(config: Namespace, changes: Mapping[str, Any]) -> None:
+        """The one place that changes a parsed config: ``changes`` (``{dotted key: value}``, relative to ``config``)
+        as the modules that own those parts return them (``tracking.config.ConfigChanges``)."""
+        for key, value in changes.items():
+            config[key] = value
 
     def lock_resumed_run(self, cfg: Namespace) -> None:
         """A resumed run is resumed by one process at a time (rank 0 holds the lock for its DDP group)."""
@@ -207,6 +221,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.subcommand_config
         assert cfg is not None
+        self.apply_to_config(cfg, tracking_before_build(cfg))
         prepare_tracking(cfg)
         evaluating = self.subcommand in ("validate", "test", "predict") and self.checkpoint is not None
         self.data_sizes.remember(cfg, self.checkpoint.data_state if evaluating and self.checkpoint else None)
@@ -258,7 +273,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         trial = active_trial()
         if trial is not None and self.subcommand == "fit":
             extra.update(trial.tags())  # a sweep's trial: nested under the sweep's parent run
-        start_tracked_run(trainer, cfg, self.subcommand, extra or None)
+        start_tracked_run(trainer, cfg, self.subcommand, extra or None, self.ckpt_path_given)
         if self.subcommand != "fit" and self.checkpoint is not None:  # which training run this evaluates
             link_evaluation_run(trainer, self.checkpoint.stamp, tracking_uri(cfg))
         return trainer

@@ -1,8 +1,10 @@
 """The tracking part of a recipe's config: the ``RecipeLogger`` under ``trainer.logger``, its experiment and store.
 
 ``RecipesCLI`` calls these at fixed points: ``configure_tracking`` after parsing (experiment name, a tracking server
-that answers), ``prepare_tracking`` before the classes are built (no logger under ``fast_dev_run``; the SQLite store
-made once), and ``start_tracked_run`` once the trainer exists (run tags, a continued run reopened).
+that answers), ``tracking_before_build`` and ``prepare_tracking`` before the classes are built (no logger under
+``fast_dev_run``; the SQLite store made once), and ``start_tracked_run`` once the trainer exists (run tags, a
+continued run reopened). None of them changes the parsed config: those that want it changed return the changes
+(``ConfigChanges``), which ``RecipesCLI.apply_to_config`` writes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
@@ -23,6 +27,13 @@ from recipes.tracking.uris import check_tracking_server
 
 DEFAULT_EXPERIMENT = "loopwise"
 RECIPE_LOGGER_CLASS_PATH = "recipes.tracking.RecipeLogger"
+#: the run's ``--ckpt_path`` as the user gave it (``best``, ``last``, ``mlflow:<run id>/best``, a file); the tag
+#: ``loopwise.ckpt_path`` holds the file it resolved to
+CKPT_PATH_GIVEN_TAG = "loopwise.ckpt_path_given"
+
+#: changes a module wants in the parsed config of the subcommand: ``{dotted key: new value}`` (e.g.
+#: ``{"trainer.logger.init_args.experiment_name": "spiral_mlp"}``), written by ``RecipesCLI.apply_to_config`` only
+ConfigChanges = dict[str, Any]
 
 
 def logger_config(cfg: Namespace) -> object:
@@ -64,17 +75,22 @@ def experiment_name(cfg: Namespace) -> str:
     return logger_init_arg(cfg, "experiment_name") or recipe_name(cfg)
 
 
-def configure_tracking(cfg: Namespace) -> None:
-    """After parsing: the ``RecipeLogger``'s experiment defaults to the recipe name, and a tracking server that does
-    not answer stops the recipe now (``TrackingServerUnreachable``), not at its first log call."""
+def configure_tracking(cfg: Namespace) -> ConfigChanges:
+    """After parsing: the ``RecipeLogger``'s experiment defaults to the recipe name (the change returned), and a
+    tracking server that does not answer stops the recipe now (``TrackingServerUnreachable``), not at its first log
+    call."""
     logger = recipe_logger_config(cfg)
     if logger is None:
-        return
-    if not logger.get("init_args.experiment_name"):
-        logger["init_args.experiment_name"] = recipe_name(cfg)
-    check_experiment_name(str(logger["init_args.experiment_name"]), cfg.get("checkpoints_dir") or ".")
+        return {}
+    changes: ConfigChanges = {}
+    name = logger.get("init_args.experiment_name")
+    if not name:
+        name = recipe_name(cfg)
+        changes["trainer.logger.init_args.experiment_name"] = name
+    check_experiment_name(str(name), cfg.get("checkpoints_dir") or ".")
     check_registered_model_name(cfg.get("register_model"))
     check_tracking_server(tracking_uri(cfg))
+    return changes
 
 
 def check_experiment_name(name: str, checkpoints_dir: str | Path = ".") -> None:
@@ -118,12 +134,18 @@ def longest_experiment_name(checkpoints_dir: str | Path) -> int:
     return min(name_max - len(PREDICTIONS_SUFFIX), MLFLOW_EXPERIMENT_NAME_MAX)
 
 
-def prepare_tracking(cfg: Namespace) -> None:
-    """Before the classes are built: no logger under ``fast_dev_run``, and the SQLite store ready for the run."""
+def tracking_before_build(cfg: Namespace) -> ConfigChanges:
+    """Before the classes are built: no logger under ``fast_dev_run`` (the change returned)."""
     if cfg.trainer.get("fast_dev_run") and logger_config(cfg) not in (False, None):
         # Lightning swaps every logger for a dummy under fast_dev_run; not building the MLflow logger saves
         # importing mlflow and opening (or creating) the tracking store, a large share of a smoke run's start-up
-        cfg.trainer.logger = False
+        return {"trainer.logger": False}
+    return {}
+
+
+def prepare_tracking(cfg: Namespace) -> None:
+    """Before the classes are built, once ``tracking_before_build``'s changes are in ``cfg``: the SQLite store ready
+    for the run."""
     if recipe_logger_config(cfg) is not None:
         # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
         # (before the logger is built: MLflow's client opens, and creates, the database then)
@@ -151,9 +173,15 @@ def git_commit(cwd: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def start_tracked_run(trainer: Trainer, cfg: Namespace, stage: str, extra_tags: dict[str, str] | None = None) -> None:
-    """Once the trainer exists: tag the run (recipe, stage, checkpoint, git commit, ``extra_tags``) and reopen a
-    continued run."""
+def start_tracked_run(
+    trainer: Trainer,
+    cfg: Namespace,
+    stage: str,
+    extra_tags: dict[str, str] | None = None,
+    ckpt_path_given: str | None = None,
+) -> None:
+    """Once the trainer exists: tag the run (recipe, stage, checkpoint: the file and ``ckpt_path_given``, what the
+    user typed, git commit, ``extra_tags``) and reopen a continued run."""
     for logger in trainer.loggers:
         if isinstance(logger, RecipeLogger):
             tags = {
@@ -164,6 +192,8 @@ def start_tracked_run(trainer: Trainer, cfg: Namespace, stage: str, extra_tags: 
             }
             if cfg.get("ckpt_path"):
                 tags["loopwise.ckpt_path"] = cfg.ckpt_path
+                if ckpt_path_given:
+                    tags[CKPT_PATH_GIVEN_TAG] = str(ckpt_path_given)
             commit = git_commit(Path.cwd())
             if commit:
                 tags["loopwise.git_commit"] = commit

@@ -221,6 +221,7 @@ def test_an_older_checkpoint_is_told_by_the_journal_when_the_store_missed_the_la
     from jsonargparse import Namespace
 
     from recipes.checkpoints.run_stamp import continue_stamped_run
+    from recipes.run.recipes_cli import RecipesCLI
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri)
@@ -232,9 +233,11 @@ def test_an_older_checkpoint_is_told_by_the_journal_when_the_store_missed_the_la
     journal.close()
     stamp = {"mlflow_run_id": run_id, "experiment": "spiral_mlp", "step": "6"}
     continued = Namespace(init_args=Namespace(run_id=None, tags=None))
-    continue_stamped_run(continued, stamp, "ep2.ckpt", uri)  # no checkpoints folder: the store's tag only
+    # no checkpoints folder: the store's tag only
+    RecipesCLI.apply_to_config(continued, continue_stamped_run(continued, stamp, "ep2.ckpt", uri))
     assert continued.init_args.run_id == run_id
     branched = Namespace(init_args=Namespace(run_id=None, tags=None))
-    continue_stamped_run(branched, stamp, "ep2.ckpt", uri, tmp_path / "checkpoints")
+    changes = continue_stamped_run(branched, stamp, "ep2.ckpt", uri, tmp_path / "checkpoints")
+    RecipesCLI.apply_to_config(branched, changes)
     assert branched.init_args.run_id is None
     assert branched.init_args.tags == {"loopwise.resumed_from_run": run_id, "loopwise.resumed_from_step": "6"}
