@@ -253,5 +253,243 @@ def test_the_architecture_map_names_every_module():
     assert not missing, f"docs/ARCHITECTURE.md does not say where these live: {missing}"
 
 
+def architecture_sections() -> dict[str, str]:
+    """``{"recipes/tracking/": text of that section}`` for each ``### `<folder>/`...`` heading of the map."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in ARCHITECTURE.read_text().splitlines():
+        if line.startswith("#"):
+            current = line.split("`")[1] if line.startswith("### `") else None
+            if current is not None:
+                sections[current] = ""
+        elif current is not None:
+            sections[current] += line + "\n"
+    return sections
+
+
+def test_each_folder_of_recipes_has_a_table_naming_its_modules():
+    sections = architecture_sections()
+    missing = []
+    for folder in sorted(p.parent for p in (REPO / "recipes").glob("*/__init__.py")):
+        key = f"{folder.relative_to(REPO)}/"
+        text = sections.get(key)
+        if text is None:
+            missing.append(f"no section '### `{key}`'")
+            continue
+        modules = [p.name for p in sorted(folder.glob("*.py")) if p.name != "__init__.py"]
+        missing += [f"{key}{name}" for name in modules if f"`{name}`" not in text]
+    assert not missing, "docs/ARCHITECTURE.md's table of each recipes/ folder names its modules: " + str(missing)
+
+
 def test_the_readme_links_the_architecture_map():
     assert "docs/ARCHITECTURE.md" in (REPO / "README.md").read_text()
+
+
+# --- the import graph: no circles, the layers docs/ARCHITECTURE.md states, no import from a package's __init__ ------
+GRAPH_PACKAGES = ("recipes", "datamodules", "lightning_modules")
+ARCHITECTURE = REPO / "docs" / "ARCHITECTURE.md"
+#: the top of recipes/ that is the command itself (layer ``cli``); every other top-level module is a shim that keeps
+#: an old import path, which nothing in the packages may import
+COMMAND_MODULES = {"recipes", "recipes.cli", "recipes.__main__"}
+MAX_TOP_LEVEL_MODULES = 12
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in GRAPH_PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, int]]:
+    """``(imported project module, line)`` for every import in ``path``, at the top or inside a function or class
+    (``ast.walk``: an import in a function body is a dependency all the same). ``from a.b import c`` is the module
+    ``a.b.c`` when that is a module, else ``a.b``; relative imports are resolved."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names if alias.name in modules]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                package = package[: len(package) - node.level + 1]
+                module = ".".join(package + ([module] if module else []))
+            for alias in node.names:
+                if f"{module}.{alias.name}" in modules:
+                    found.append((f"{module}.{alias.name}", node.lineno))
+                elif module in modules:
+                    found.append((module, node.lineno))
+    return found
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """``{module: {imported module: first line}}`` over recipes, datamodules and lightning_modules."""
+    modules = project_modules()
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        edges = graph.setdefault(name, {})
+        for target, line in imports_of(name, path, modules):
+            if target != name:
+                edges.setdefault(target, line)
+    return graph
+
+
+def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One circle (``a -> b -> ... -> a``) for each group of modules that import each other (Tarjan's strongly
+    connected components, then a shortest way back within the group)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:  # the graph is small (~130 modules): recursion is fine
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, {}):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    found = []
+    for group in groups:
+        start = min(group)
+        paths = {start: [start]}
+        todo = [start]
+        while todo:  # breadth first within the group, back to start
+            node = todo.pop(0)
+            for target in sorted(graph[node]):
+                if target == start:
+                    found.append(paths[node] + [start])
+                    todo = []
+                    break
+                if target in group and target not in paths:
+                    paths[target] = paths[node] + [target]
+                    todo.append(target)
+    return sorted(found)
+
+
+def described(graph: dict[str, dict[str, int]], circle: list[str]) -> str:
+    modules = project_modules()
+    steps = [f"{a} -> {b} ({modules[a].relative_to(REPO)}:{graph[a][b]})" for a, b in zip(circle, circle[1:])]
+    return "\n  ".join(steps)
+
+
+def test_no_circle_among_the_modules_counting_imports_inside_functions():
+    graph = import_graph()
+    found = circles(graph)
+    assert not found, "modules that import each other (a function-level import counts):\n" + "\n".join(
+        "  " + described(graph, circle) for circle in found
+    )
+
+
+def test_the_circle_finder_finds_a_circle_behind_a_function_level_import():
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "d": 4}, "d": {}, "e": {"e": 5}}
+    assert circles(graph) == [["a", "b", "c", "a"]]
+    modules = {"recipes.x": REPO / "x.py", "recipes.y": REPO / "y.py", "recipes": REPO / "recipes" / "__init__.py"}
+    sample = REPO / "tests" / "_import_graph_sample.py"
+    sample.write_text("def late():\n    from recipes import y\n    from . import x\n")
+    try:
+        found = imports_of("recipes.z", sample, modules)
+    finally:
+        sample.unlink()
+    assert found == [("recipes.y", 2), ("recipes.x", 3)]
+
+
+def stated_layers() -> list[list[str]]:
+    """The package layers docs/ARCHITECTURE.md states on its ``layers:`` line, left (may import everything to its
+    right) to right: ``layers: cli -> sweep -> run -> callbacks, predict -> ...``."""
+    lines = [line.strip() for line in ARCHITECTURE.read_text().splitlines() if line.strip().startswith("layers:")]
+    assert len(lines) == 1, "docs/ARCHITECTURE.md states the package layers on one line that starts with 'layers:'"
+    return [[name.strip() for name in layer.split(",")] for layer in lines[0].removeprefix("layers:").split("->")]
+
+
+def package_of(module: str) -> str | None:
+    """The recipes package a module belongs to (``cli`` for the command at the top of recipes/, ``None`` for a
+    shim at the top of recipes/ and for modules outside recipes)."""
+    parts = module.split(".")
+    if parts[0] != "recipes":
+        return None
+    if module in COMMAND_MODULES:
+        return "cli"
+    if len(parts) == 2 and not (REPO / "recipes" / parts[1]).is_dir():
+        return None  # a shim
+    return parts[1]
+
+
+def shims() -> set[str]:
+    return {m for m in project_modules() if m.startswith("recipes.") and m.count(".") == 1 and package_of(m) is None}
+
+
+def test_the_stated_layers_name_every_package_of_recipes_once():
+    named = [name for layer in stated_layers() for name in layer]
+    packages = sorted(p.parent.name for p in (REPO / "recipes").glob("*/__init__.py")) + ["cli"]
+    assert sorted(named) == sorted(packages), (
+        "docs/ARCHITECTURE.md's 'layers:' line must name every package of recipes/ (and cli) exactly once: "
+        f"named {sorted(named)}, packages {sorted(packages)}"
+    )
+
+
+def test_the_packages_import_only_to_their_right():
+    rank = {name: i for i, layer in enumerate(stated_layers()) for name in layer}
+    graph = import_graph()
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = package_of(module)
+        for target, line in sorted(targets.items()):
+            there = package_of(target)
+            where = f"{project_modules()[module].relative_to(REPO)}:{line}"
+            if target in shims():
+                found.append(f"{where} imports the shim {target} (import the module it re-exports)")
+            elif module.split(".")[0] != "recipes" and target.split(".")[0] != module.split(".")[0]:
+                found.append(f"{where} imports {target} (datamodules and lightning_modules import neither recipes nor "
+                             "each other)")
+            elif here is None or there is None or here == there:
+                continue
+            elif here not in rank or there not in rank:
+                continue  # the layer line's own test names them
+            elif rank[there] <= rank[here]:
+                found.append(f"{where}: {here} imports {there} ({target}); the layers allow only imports to the right")
+    assert not found, "imports against docs/ARCHITECTURE.md's layers:\n" + "\n".join(found)
+
+
+def test_no_module_imports_from_a_package_init():
+    """Inside the packages, names come from the module that defines them: a package's ``__init__`` is the public
+    surface for users (``recipes.callbacks``, ``recipes.tracking.RecipeLogger``), and importing it from inside pulls
+    every module it re-exports and hides the real dependency. Only the package's own ``__init__`` imports its
+    modules; ``import datamodules``/``lightning_modules`` (registering the classes by short name) is allowed."""
+    modules = project_modules()
+    found = []
+    for module, targets in sorted(import_graph().items()):
+        if module in shims():
+            continue
+        for target, line in sorted(targets.items()):
+            init = modules[target].name == "__init__.py" and target.startswith("recipes.")
+            own_modules = modules[module].name == "__init__.py" and target.startswith(module + ".")
+            if init and not own_modules:
+                found.append(f"{modules[module].relative_to(REPO)}:{line} imports the package {target}")
+    assert not found, "import from the defining module, not from a package's __init__:\n" + "\n".join(found)
+
+
+def test_at_most_12_modules_at_the_top_of_recipes():
+    top = sorted(p.name for p in (REPO / "recipes").glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules at the top of recipes/ (concept folders): {top}"
