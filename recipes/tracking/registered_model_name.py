@@ -16,7 +16,8 @@ REGISTERED_MODEL_NAME_MAX = 256
 def check_registered_model_name(name: str | None) -> None:
     """``--register_model NAME`` follows the Model Registry's rule for names, checked before training instead of
     after it (MLflow checks them only when the model is registered, after the whole training): not empty, no '/' or
-    ':', not '.' nor starting with '..' (MLflow's own rule); at most 256 characters (the registry's name column). ``ValueError`` naming the rule it breaks."""
+    ':', not '.' nor starting with '..' (MLflow's own rule); at most 256 characters (the registry's name column).
+    ``ValueError`` naming the rule it breaks."""
     if name is None:
         return
     reason = None
