@@ -13,7 +13,7 @@ every hook on every callback, a cost per callback on every training step (``reci
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,7 +35,6 @@ from recipes.predict.model_logging import MlflowModel
 from recipes.predict.predictions import PredictionCsvWriter
 from recipes.callbacks.epoch_summary import EpochSummary
 from recipes.callbacks.random_states import RandomStates
-from recipes.sweep.trial import active_trial
 from recipes.tracking.system_metrics import SystemMetrics
 from recipes.checkpoints.run_stamp import RunContinuity
 
@@ -70,13 +69,6 @@ class CallbackSlot:
     why_here: str
     applies: Callable[[RecipeRun], bool] = lambda run: True
     alone: bool = False  # given to the Trainer on its own, not inside the group
-
-
-def trial_pruning(trial: Any) -> Callback:
-    """The pruning callback of a sweep's trial (Optuna is imported only here, inside a sweep)."""
-    from recipes.sweep.pruning import TrialPruning  # noqa: PLC0415
-
-    return TrialPruning(trial)
 
 
 def _predictions_path(run: RecipeRun) -> str:
@@ -201,13 +193,6 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         applies=lambda run: not run.interactive,
     ),
     CallbackSlot(
-        "sweep_pruning",
-        FIT,
-        lambda run: trial_pruning(active_trial()),
-        "a sweep's trial: the objective after every validation, the pruner's decision (one for all processes)",
-        applies=lambda run: active_trial() is not None,
-    ),
-    CallbackSlot(
         "loop_doctor",
         FIT,
         lambda run: LoopDoctor(**(run.loop_doctor or {})),
@@ -217,9 +202,12 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
 )
 
 
-def recipe_callbacks(run: RecipeRun) -> list[Callback]:
+def recipe_callbacks(run: RecipeRun, extra: Sequence[Callback] = ()) -> list[Callback]:
     """The callbacks of ``RECIPE_CALLBACKS`` that apply to ``run``, in the table's order; the rows not marked
-    ``alone`` as one ``CallbackGroup`` where the first of them stands (a single one as itself)."""
+    ``alone`` as one ``CallbackGroup`` where the first of them stands (a single one as itself).
+
+    ``extra``: callbacks the command adds to the recipe's (``RecipesCLI.extra_callbacks``, e.g. a sweep trial's
+    pruning callback); they join the group after the table's grouped rows, so they must keep no checkpoint state."""
     built: list[Callback] = []
     group: list[Callback] = []
     for slot in RECIPE_CALLBACKS:
@@ -233,6 +221,10 @@ def recipe_callbacks(run: RecipeRun) -> list[Callback]:
                 built.append(callback)  # the group's place, filled in below
             group.append(callback)
     if len(group) > 1:
+    for callback in extra:
+        if not group:
+            built.append(callback)  # the group's place, filled in below
+        group.append(callback)
         built[built.index(group[0])] = CallbackGroup(group)
     return built
 

@@ -44,7 +44,6 @@ from recipes.run.description import describe_command
 from recipes.checkpoints.run_lock import RunLocked, hold_run_lock
 from recipes.run.record import RunRecord
 from recipes.checkpoints.data_guard import ALLOW_TAG, DataChange, DataSettingsChanged, guard_data_settings
-from recipes.sweep.trial import active_trial
 from recipes.tracking.uris import TrackingServerUnreachable
 from recipes.run.learning_rate_check import check_learning_rate_args, check_learning_rates
 from recipes.run.trainer_settings import check_trainer_settings
@@ -270,17 +269,28 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         extra = {ALLOW_TAG: "; ".join(c.tag() for c in self.data_changes)} if self.data_changes else {}
         if not (self.subcommand == "fit" and cfg.get("ckpt_path")):  # a resumed run keeps its first description
             extra.update(describe_command(str(self.subcommand), self.command_args))
-        trial = active_trial()
-        if trial is not None and self.subcommand == "fit":
-            extra.update(trial.tags())  # a sweep's trial: nested under the sweep's parent run
+        extra.update(self.extra_run_tags())  # a subclass's (a sweep's trial: nested under the sweep's parent run)
         start_tracked_run(trainer, cfg, self.subcommand, extra or None, self.ckpt_path_given)
         if self.subcommand != "fit" and self.checkpoint is not None:  # which training run this evaluates
             link_evaluation_run(trainer, self.checkpoint.stamp, tracking_uri(cfg))
         return trainer
 
     def default_callbacks(self, cfg: Namespace) -> list[Callback]:
-        """Callbacks every recipe gets, in the order of ``recipes.run.callback_table.RECIPE_CALLBACKS``."""
-        return recipe_callbacks(self.recipe_run(cfg))
+        """Callbacks every recipe gets, in the order of ``recipes.run.callback_table.RECIPE_CALLBACKS``, and this
+        command's ``extra_callbacks()`` with the grouped ones."""
+        return recipe_callbacks(self.recipe_run(cfg), self.extra_callbacks())
+
+    # --- extension points: a command that runs recipes its own way (``recipes sweep``'s ``TrialCLI``) ------------
+    def extra_run_tags(self) -> dict[str, str]:
+        """Tags this command adds to the run's MLflow tags when the trainer starts the run (``self.subcommand`` is
+        set). None here; a subclass overrides it (a sweep's trial: its study, number, params and parent run)."""
+        return {}
+
+    def extra_callbacks(self) -> list[Callback]:
+        """Callbacks this command adds to the recipe's table when the trainer is built (``self.subcommand`` is set);
+        they join the ``CallbackGroup`` after the table's grouped rows, so they keep no checkpoint state. None here;
+        a subclass overrides it (a sweep's trial: its pruning callback)."""
+        return []
 
     def recipe_run(self, cfg: Namespace) -> RecipeRun:
         """What this run's callbacks are built from."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -97,21 +96,6 @@ def check_tracked(cfg: Namespace) -> None:
         raise SweepError("a sweep tracks its trials in MLflow: keep the recipe's trainer.logger (RecipeLogger) on")
 
 
-def objective_of(cfg: Namespace, options: argparse.Namespace, sweep: Any) -> tuple[str, str]:
-    """(metric, direction) of the sweep: the options, else the sweep file, else the task's monitor and its mode."""
-    from lightning_modules.task import Task  # noqa: PLC0415
-    from recipes.run.data_sizes import class_at  # noqa: PLC0415
-
-    task = class_at(cfg, "model")
-    monitor = cfg.get("model.init_args.monitor") or getattr(task, "default_monitor", "val/loss")
-    metric = options.metric or sweep.metric or monitor
-    direction = options.direction or sweep.direction
-    if direction is None:
-        mode = cfg.get("model.init_args.monitor_mode") if metric == monitor else None
-        direction = "maximize" if (mode or Task.mode_for(metric)) == "max" else "minimize"
-    return metric, direction
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``recipes sweep ...`` (``argv``: the arguments after ``sweep``); the exit code."""
     from recipes.sweep.processes import follow, is_follower  # noqa: PLC0415
@@ -139,4 +123,4 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
-__all__ = ["SweepError", "build_parser", "main", "objective_of", "parsed_fit_config", "split_arguments"]
+__all__ = ["SweepError", "build_parser", "main", "parsed_fit_config", "split_arguments"]

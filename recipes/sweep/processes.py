@@ -20,6 +20,7 @@ from typing import Any
 import torch.distributed as dist
 
 from recipes.sweep.trial import ActiveTrial
+from recipes.sweep.trial_cli import run_trial
 
 TRIAL_ENV = "LOOPWISE_SWEEP_TRIAL"
 
@@ -61,8 +62,6 @@ def next_trial(first: bool) -> ActiveTrial | None:
 
 def follow(fit_args: list[str]) -> int:
     """A follower's sweep: run every trial rank 0 announces, until it says the sweep is over."""
-    from recipes.sweep.runner import run_trial  # noqa: PLC0415
-
     active = next_trial(first=True)
     while active is not None:
         print(f"recipes sweep: rank {os.environ.get('LOCAL_RANK', '0')} follows trial {active.number}: "

@@ -22,11 +22,8 @@ class TrialPruning(PyTorchLightningPruningCallback):
     """
 
     def __init__(self, active: ActiveTrial) -> None:
-        # the parent keeps the trial and the monitor; on ranks > 0 there is no trial to keep
-        pl.Callback.__init__(self)
-        self._trial = active.trial
-        self.monitor = active.metric
-        self.is_ddp_backend = False
+        # the parent keeps the trial (``None`` on ranks > 0, which never report) and the monitor
+        super().__init__(active.trial, active.metric)
         self.active = active
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -44,13 +41,13 @@ class TrialPruning(PyTorchLightningPruningCallback):
                     f"--metric among {sorted(k for k in trainer.callback_metrics if k.startswith(('val/', 'train/')))}"
                 )
             value = float(score)
-            self.active.values.append(value)
+            self.active.record(value)
             epoch = trainer.current_epoch
             if math.isfinite(value):
-                self._trial.report(value, step=epoch)
-                prune = self._trial.should_prune()
+                self.active.trial.report(value, step=epoch)
+                prune = self.active.trial.should_prune()
             if prune:
-                self.active.pruned_at = f"epoch {epoch}: {self.monitor} {value:.6g}"
+                self.active.mark_pruned(f"epoch {epoch}: {self.monitor} {value:.6g}")
         if self.is_ddp_backend:
             prune = bool(trainer.strategy.broadcast(prune, src=0))
         if prune:

@@ -1,7 +1,7 @@
 """The loop of ``recipes sweep``: ask the study for a trial, run it as a recipe fit, tell the study, record it.
 
-Every trial runs ``RecipesCLI(["fit", ...])`` in this process with its sampled values appended, inside
-``sweep_trial.running_trial`` (its MLflow run nests under the parent; ``TrialPruning`` reports each validation).
+Every trial runs ``TrialCLI(trial, ["fit", ...])`` in this process with its sampled values appended
+(``recipes.sweep.trial_cli``: its MLflow run nests under the parent; ``TrialPruning`` reports each validation).
 Its outcome in Optuna and MLflow:
 
 * COMPLETE: the objective is the best value of the metric over its validations; the run ends FINISHED.
@@ -34,9 +34,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from recipes.checkpoints.run_lock import release_run_locks
 from recipes.tracking.sqlite_store import prepare_sqlite_store
-from recipes.sweep.space import SweepFile, as_cli_value, choice_value
+from recipes.sweep.objective import objective_of
+from recipes.sweep.space import SweepFile, choice_value
 from recipes.sweep.study import (
     counts,
     create_parent_run,
@@ -51,7 +51,8 @@ from recipes.sweep.study import (
 from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.sweep.processes import announce_trial
 from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_worker
-from recipes.sweep.trial import ActiveTrial, running_trial
+from recipes.sweep.trial import ActiveTrial
+from recipes.sweep.trial_cli import run_trial
 from recipes.tracking.config import experiment_name, tracking_uri
 
 PROG = "recipes sweep"
@@ -75,32 +76,6 @@ def trial_run_id(client: MlflowClient, experiment: str, study: str, number: int)
         f"tags.`loopwise.sweep.study` = '{study}' and tags.`loopwise.sweep.trial` = '{number}'"
         " and tags.`loopwise.stage` = 'fit'"), max_results=1)
     return runs[0].info.run_id if runs else None
-
-
-def run_trial(fit_args: list[str], active: ActiveTrial) -> tuple[TrialState, str | None]:
-    """Run one trial's recipe fit; (its state, why it failed or was pruned)."""
-    from recipes.run.errors import RecipeInputError  # noqa: PLC0415
-    from recipes.run.recipes_cli import RecipesCLI  # noqa: PLC0415
-
-    args = ["fit", *fit_args, f"--trainer.logger.init_args.run_name={active.run_name}",
-            *[f"--{key}={as_cli_value(value)}" for key, value in active.params.items()]]
-    with running_trial(active):
-        try:
-            RecipesCLI(args=args)
-        except (SIGTERMException, KeyboardInterrupt):
-            raise
-        except RecipeInputError as err:
-            return TrialState.FAIL, f"the values do not make a recipe: {err}"
-        except Exception as err:  # noqa: BLE001 - any failure of a trial is that trial's, the sweep goes on
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            return TrialState.FAIL, f"{type(err).__name__}: {first}"[:500]
-        finally:
-            release_run_locks()  # the trial's run may be resumed once its fit is over
-    if active.pruned_at is not None:
-        return TrialState.PRUNED, active.pruned_at
-    if active.best_value() is None:
-        return TrialState.FAIL, f"no finite value of {active.metric} was logged"
-    return TrialState.COMPLETE, None
 
 
 def write_best_config(client: MlflowClient, study: optuna.Study, experiment: str, folder: Path, parent: str) -> Path | None:
@@ -131,8 +106,6 @@ def write_best_config(client: MlflowClient, study: optuna.Study, experiment: str
 
 def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile, cfg: Namespace) -> int:
     """Run trials until the study has ``options.n_trials`` (or ``options.timeout`` passes); the exit code."""
-    from recipes.sweep.command import objective_of  # noqa: PLC0415
-
     metric, direction = objective_of(cfg, options, sweep)
     experiment, uri = experiment_name(cfg), tracking_uri(cfg)
     storage = options.storage or default_storage()
@@ -141,7 +114,7 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
     seed = cfg.get("seed_everything")
     seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
     prepare_sqlite_store(uri, experiment)  # workers starting together on a new mlflow.db take turns creating it
-    study, created = open_study(storage, name, direction, pruner)
+    study, created = open_study(storage, name, direction, pruner, seed)
     client = MlflowClient(uri)
     settings = {"study_name": name, "storage": shown_storage(storage), "metric": metric, "direction": direction,
                 "pruner": pruner, "sampler": f"TPESampler(seed={seed} + trial number)", "sweep_file": sweep.path}
@@ -157,7 +130,7 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
             say(f"trial(s) {', '.join(map(str, dead))} were left RUNNING by a worker that no longer exists: failed "
                 "(they do not count toward --n_trials)")
         close_abandoned_runs(uri, experiment)  # their fit runs: KILLED
-        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, seed)
+        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric)
     except KeyboardInterrupt as stop:  # Ctrl+C between trials
         close_parent(client, study, storage, parent, "KILLED")
         raise SIGTERMException() from stop
@@ -193,7 +166,7 @@ def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent
 
 
 def run_trials(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile, study: optuna.Study,
-               client: MlflowClient, parent: str, experiment: str, metric: str, seed: int | None) -> None:
+               client: MlflowClient, parent: str, experiment: str, metric: str) -> None:
     """Ask, run and tell trials until the study has ``options.n_trials`` (or ``options.timeout`` passes)."""
     name, direction = study.study_name, study.direction.name.lower()
     started = time.monotonic()
@@ -208,7 +181,6 @@ def run_trials(options: argparse.Namespace, fit_args: list[str], sweep: SweepFil
                 return
             trial = study.ask()
             claim_trial(trial)
-        study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + trial.number)
         params = {d.key: d.suggest(trial) for d in sweep.dimensions}
         active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params)
         announce_trial(active)
@@ -252,4 +224,4 @@ def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial,
         say(f"trial {trial.number}: failed: {reason}")
 
 
-__all__ = ["close_parent", "record_trial", "run_sweep", "run_trial", "run_trials", "trial_run_id", "write_best_config"]
+__all__ = ["close_parent", "record_trial", "run_sweep", "run_trials", "trial_run_id", "write_best_config"]

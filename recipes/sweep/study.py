@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
+from recipes.sweep.sampler import TrialSeededSampler
 from recipes.sweep.space import SweepFile
 from recipes.sweep.workers import abandoned_trials
 
@@ -78,10 +79,13 @@ def trial_start_lock(storage: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def open_study(storage: str, name: str, direction: str, pruner: str) -> tuple[optuna.Study, bool]:
-    """The study ``name`` in ``storage`` (created now when new: ``True`` in the result). An existing study must
-    have the same direction. Workers starting together on a new SQLite file take turns (Optuna creates its tables
-    on first use, and two at once collide); on a server database a collision is retried."""
+def open_study(
+    storage: str, name: str, direction: str, pruner: str, seed: int | None = None
+) -> tuple[optuna.Study, bool]:
+    """The study ``name`` in ``storage`` (created now when new: ``True`` in the result), sampling each trial with
+    ``TrialSeededSampler(seed)``. An existing study must have the same direction. Workers starting together on a new
+    SQLite file take turns (Optuna creates its tables on first use, and two at once collide); on a server database a
+    collision is retried."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = sqlite_path(storage)
     if path is not None:
@@ -89,7 +93,7 @@ def open_study(storage: str, name: str, direction: str, pruner: str) -> tuple[op
     for attempt in range(5):
         try:
             with trial_start_lock(storage):
-                return create_or_load(storage, name, direction, pruner)
+                return create_or_load(storage, name, direction, pruner, seed)
         except SQLAlchemyError:
             if attempt == 4:
                 raise
@@ -97,13 +101,17 @@ def open_study(storage: str, name: str, direction: str, pruner: str) -> tuple[op
     raise AssertionError("unreachable")
 
 
-def create_or_load(storage: str, name: str, direction: str, pruner: str) -> tuple[optuna.Study, bool]:
+def create_or_load(
+    storage: str, name: str, direction: str, pruner: str, seed: int | None = None
+) -> tuple[optuna.Study, bool]:
+    """The study ``name``, created or loaded (see ``open_study``)."""
     try:
-        study = optuna.create_study(storage=storage, study_name=name, direction=direction,
+        study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=TrialSeededSampler(seed),
                                     pruner=make_pruner(pruner), load_if_exists=False)
         return study, True
     except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage, pruner=make_pruner(pruner))
+        study = optuna.load_study(study_name=name, storage=storage, sampler=TrialSeededSampler(seed),
+                                  pruner=make_pruner(pruner))
     existing = study.direction.name.lower()
     if existing != direction:
         raise ValueError(

@@ -1,21 +1,18 @@
-"""One trial of ``recipes sweep`` inside a recipe fit: what the fit needs to know about it, and its pruning callback.
+"""One trial of ``recipes sweep``: what its recipe fit needs to know about it, and what the fit reports back.
 
-``recipes.sweep.command`` runs every trial as an ordinary ``recipes fit`` in the same process, inside ``running_trial``.
-While a trial runs, ``active_trial()`` tells the recipe's parts about it: the run's tags (``mlflow.parentRunId``
-nests the trial's MLflow run under the sweep's parent run) and the ``TrialPruning`` callback the recipe adds
-(``recipes.sweep.pruning``, imported only in a sweep: Optuna is not loaded by other commands).
+``recipes.sweep.runner`` runs every trial as an ordinary ``recipes fit`` in the same process, through
+``recipes.sweep.trial_cli.TrialCLI``, a ``RecipesCLI`` built with the trial's ``ActiveTrial``: its run's tags
+(``mlflow.parentRunId`` nests the trial's MLflow run under the sweep's parent run) and the ``TrialPruning`` callback
+(``recipes.sweep.pruning``), which reports each validation's value here (``record``) and the pruner's stop
+(``mark_pruned``).
 """
 
 from __future__ import annotations
 
-import contextvars
 import json
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-
 
 
 @dataclass
@@ -36,6 +33,14 @@ class ActiveTrial:
     values: list[float] = field(default_factory=list)
     #: set when the trial was pruned: "epoch 3: val/acc 0.71"
     pruned_at: str | None = None
+
+    def record(self, value: float) -> None:
+        """Keep the objective metric of one more validation (rank 0)."""
+        self.values.append(value)
+
+    def mark_pruned(self, where: str) -> None:
+        """The pruner stopped the trial after a validation; ``where`` says which (``"epoch 3: val/acc 0.71"``)."""
+        self.pruned_at = where
 
     def best_value(self) -> float | None:
         """The best reported value in the sweep's direction (the trial's objective), ``None`` before any."""
@@ -61,22 +66,4 @@ class ActiveTrial:
         return tags
 
 
-ACTIVE: contextvars.ContextVar[ActiveTrial | None] = contextvars.ContextVar("loopwise_sweep_trial", default=None)
-
-
-def active_trial() -> ActiveTrial | None:
-    """The trial the current recipe fit runs for, or ``None`` outside a sweep."""
-    return ACTIVE.get()
-
-
-@contextmanager
-def running_trial(trial: ActiveTrial) -> Iterator[ActiveTrial]:
-    """Make ``trial`` the active one while a recipe fit runs for it."""
-    token = ACTIVE.set(trial)
-    try:
-        yield trial
-    finally:
-        ACTIVE.reset(token)
-
-
-__all__ = ["ACTIVE", "ActiveTrial", "active_trial", "running_trial"]
+__all__ = ["ActiveTrial"]

@@ -240,7 +240,8 @@ def test_every_sweep_file_runs_a_trial_of_its_recipe(workdir, sweep_file):
 def test_the_objective_is_the_tasks_monitor_in_its_direction_unless_chosen(workdir):
     from argparse import Namespace as Options
 
-    from recipes.sweep.command import objective_of, parsed_fit_config
+    from recipes.sweep.command import parsed_fit_config
+    from recipes.sweep.objective import objective_of
     from recipes.sweep.space import read_sweep_file
 
     space = read_sweep_file(SWEEP)
