@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("recipes", "lightning_modules", "datamodules")
 #: a dotted name in backticks, or the module of a ``from X import Y`` line, of one of the packages
 DOTTED = re.compile(r"`((?:recipes|lightning_modules|datamodules)(?:\.[A-Za-z_]\w*)+)`")
-FROM_IMPORT = re.compile(r"^\s*from ((?:recipes|lightning_modules|datamodules)(?:\.\w+)*) import ([\w, ]+)", re.M)
+FROM_IMPORT = re.compile(r"\bfrom ((?:recipes|lightning_modules|datamodules)(?:\.\w+)*) import (\w+(?:, \w+)*)")
 
 
 def readme_names() -> set[str]:
