@@ -1,0 +1,128 @@
+"""``RunCheckpoint``: the callback that keeps a run's ``best.ckpt`` or ``last.ckpt`` in
+``<checkpoints_dir>/<experiment>/<run id>/`` up to date."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lightning_modules.compat import checkpoint_state_key, epoch_batches_done
+from recipes.tracking.logger import find_mlflow_logger
+
+ALIASES = ("best", "last")
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """One checkpoint file per run that a recipe keeps up to date: ``best.ckpt`` or ``last.ckpt``.
+
+    ``alias="best"`` keeps the checkpoint with the best value of ``monitor``; ``alias="last"`` is rewritten after
+    every validation. Two callbacks instead of ``save_last=True`` because since Lightning 2.6 ``save_last`` only
+    writes ``last.ckpt`` when a top-k checkpoint is saved at the same step, so with ``save_top_k=1`` it silently
+    becomes a copy of the best checkpoint and resuming from it rewinds training.
+
+    Files go to ``<root>/<experiment>/<MLflow run id>/`` (or a timestamp when no MLflow logger is attached), so
+    runs never overwrite each other's checkpoints.
+
+    ``alias="last", every_n_steps=N`` is a second writer of ``last.ckpt`` beside the one after every validation:
+    Lightning's ``every_n_train_steps`` writes it every N optimizer steps, in the middle of epochs (then a hard kill
+    loses at most N steps). It leaves out the epoch's last batch, whose ``last.ckpt`` the other one writes after
+    the epoch's validation (a file written before it would resume as if that validation had run).
+
+    Args:
+        root: Directory that holds the checkpoints of every experiment.
+        experiment: Experiment name (the recipe's file stem).
+        alias: "best" or "last".
+        monitor: Metric that defines the best checkpoint (``alias="best"`` only).
+        mode: "min" or "max" for ``monitor``.
+        every_n_steps: ``alias="last"`` only: write every this many optimizer steps instead of after validations.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        experiment: str,
+        alias: Literal["best", "last"],
+        monitor: str | None = None,
+        mode: Literal["min", "max"] = "min",
+        every_n_steps: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if alias not in ALIASES:
+            raise ValueError(f"RunCheckpoint: alias must be one of {ALIASES}, got {alias!r}")
+        if alias == "best" and not monitor:
+            raise ValueError("RunCheckpoint(alias='best') needs the metric to monitor")
+        if every_n_steps is not None and (alias != "last" or every_n_steps < 1):
+            raise ValueError(f"RunCheckpoint: every_n_steps is for alias='last' and >= 1, got {every_n_steps!r}")
+        if every_n_steps is not None:
+            kwargs["every_n_train_steps"] = every_n_steps
+        super().__init__(
+            filename=alias,
+            monitor=monitor if alias == "best" else None,
+            mode=mode,
+            save_top_k=1,
+            save_last=False,
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+            **kwargs,
+        )
+        self.alias = alias
+        self.root = Path(root)
+        self.experiment = experiment
+        self.every_n_steps = every_n_steps
+
+    @property
+    def state_key(self) -> str:
+        # Lightning reads it at every callback hook call (the profiler's action name): built once per identity
+        identity = (self.alias, self.monitor, self.mode, self.every_n_steps)
+        if getattr(self, "_state_key_identity", None) != identity:
+            self._state_key_identity = identity
+            steps = {} if self.every_n_steps is None else {"every_n_steps": self.every_n_steps}
+            self._state_key = checkpoint_state_key(
+                self, alias=self.alias, monitor=self.monitor, mode=self.mode, **steps
+            )
+        return self._state_key
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self.every_n_steps is not None and epoch_batches_done(trainer):
+            return  # the epoch's last batch: last.ckpt is written after its validation (or at the epoch's end)
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.dirpath is None:
+            logger = find_mlflow_logger(trainer.loggers)
+            run = logger.run_id if logger is not None else datetime.now().strftime("run-%Y%m%d-%H%M%S")
+            dirpath = str((self.root / self.experiment / str(run)).resolve())
+            # under DDP only rank 0 knows the MLflow run id (other ranks' loggers have none): every rank takes
+            # rank 0's directory, so the ranks agree on where best/last live (rank 0 writes the files)
+            self.dirpath = trainer.strategy.broadcast(dirpath)
+        with warnings.catch_warnings():
+            # the folder is this run's own (its journal, lock and upload ledger, a resume's checkpoints): Lightning's
+            # "exists and is not empty" warning, meant for a folder shared by runs, said nothing on every fit
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+            super().setup(trainer, pl_module, stage)
+
+    @property
+    def path(self) -> Path | None:
+        """This callback's file, ``<dirpath>/<alias>.ckpt`` (``None`` before ``setup`` chose the directory)."""
+        return None if self.dirpath is None else Path(self.dirpath) / f"{self.alias}.ckpt"
+
+    def artifact_files(self) -> dict[str, str]:
+        """``{artifact name: local file}`` for a logger that uploads checkpoints: ``{alias: newest file}``."""
+        return {self.alias: self.best_model_path}
+
+    def save_now(self, trainer: pl.Trainer) -> str:
+        """Write this callback's checkpoint at once, outside Lightning's saving schedule (e.g. when a signal stops
+        training), as its newest file; loggers are told as after a scheduled save. Returns the path."""
+        path = str(self.path)
+        trainer.save_checkpoint(path)
+        self.best_model_path = self.last_model_path = path
+        for logger in trainer.loggers:
+            logger.after_save_checkpoint(self)
+        return path
