@@ -21,7 +21,8 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 
 from recipes.run.callback_group import CallbackGroup
-from recipes.callbacks import LoopDoctor, TrainingPlan
+from recipes.callbacks.training_plan import TrainingPlan
+from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.run_checkpoint import RunCheckpoint
 from recipes.callbacks.confusion_matrix import ConfusionMatrixArtifact
 from recipes.tracking.dataset_inputs import DataInputs
@@ -220,11 +221,11 @@ def recipe_callbacks(run: RecipeRun, extra: Sequence[Callback] = ()) -> list[Cal
             if not group:
                 built.append(callback)  # the group's place, filled in below
             group.append(callback)
-    if len(group) > 1:
     for callback in extra:
         if not group:
             built.append(callback)  # the group's place, filled in below
         group.append(callback)
+    if len(group) > 1:
         built[built.index(group[0])] = CallbackGroup(group)
     return built
 

@@ -28,7 +28,7 @@ import lightning_modules  # noqa: F401  (registers the tasks for short class nam
 from datamodules.recipe_contract import new_data_settings_of, predicts_new_data, settings_outside_split
 from lightning_modules.recipe_contract import monitor_mode_of, monitor_of
 from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook
-from recipes.callbacks import LoopDoctor
+from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
 from recipes.checkpoints.locations import resolve_checkpoint
