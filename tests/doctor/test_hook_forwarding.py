@@ -54,6 +54,28 @@ def test_forwarding_calls_the_members_that_name_a_hook_in_their_order():
         forwarding.forward_to([(a, ["on_nothing"])])
 
 
+def test_forwarders_take_lightnings_arguments_as_lightning_passes_them():
+    seen: list[tuple] = []
+
+    class Member(Callback):
+        def setup(self, trainer, pl_module, stage) -> None:
+            seen.append(("setup", stage))
+
+        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # no dataloader_idx
+            seen.append(("val", batch, batch_idx))
+
+        def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+            seen.append(("test", batch_idx, dataloader_idx))
+
+    member = Member()
+    forwarding = ForwardingCallback([(member, defined_hooks(member))])
+    forwarding.setup(None, None, stage="fit")  # Lightning passes the stage by keyword
+    forwarding.on_validation_batch_start(None, None, "b", 1)  # one loader: no dataloader_idx
+    forwarding.on_test_batch_start(None, None, "b", 2, 1)  # several loaders: dataloader_idx given
+    assert seen == [("setup", "fit"), ("val", "b", 1), ("test", 2, 1)]
+    assert ForwardingCallback.on_train_start.__qualname__ == "ForwardingCallback.on_train_start"
+
+
 def test_defines_and_the_hook_list():
     assert FORWARDED == HOOKS and "setup" in HOOKS and "teardown" in HOOKS and "state_dict" not in HOOKS
     assert CALLBACK_HOOKS == tuple(name for name in HOOKS if name != "setup")
