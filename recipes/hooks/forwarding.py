@@ -14,7 +14,6 @@ A subclass may override a hook to work around the forwarded calls; it then runs 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -67,25 +66,13 @@ class ForwardingCallback(Callback):
 
 
 def _forwarder(name: str) -> Callable[..., None]:
-    """The method that forwards hook ``name``. Where Lightning's parameters of the hook have no defaults it takes
-    and passes them by name, as a hand-written forwarder would (no ``*args`` packing: about 30 ns less per call, and
-    ``setup``/``teardown`` are called with ``stage=`` by keyword); the batch hooks of validation, test and predict
-    take ``*args, **kwargs``, since Lightning passes ``dataloader_idx`` only with several loaders and a member need
-    not accept it."""
-    parameters = list(inspect.signature(getattr(Callback, name)).parameters.values())[1:]
-    if all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in parameters):
-        names = ", ".join(p.name for p in parameters)
-        namespace: dict[str, Any] = {}
-        exec(  # noqa: S102 - a fixed template over Lightning's parameter names, as dataclasses generate methods
-            f"def {name}(self, {names}):\n    for call in self.hook_calls[{name!r}]:\n        call({names})\n",
-            namespace,
-        )
-        forward: Callable[..., None] = namespace[name]
-    else:
+    """The method that forwards hook ``name``: it passes what Lightning gives (``setup``/``teardown`` get ``stage=`` by
+    keyword; the batch hooks of validation, test and predict get ``dataloader_idx`` only with several loaders) to
+    each member that forwards it."""
 
-        def forward(self: ForwardingCallback, *args: Any, **kwargs: Any) -> None:
-            for call in self.hook_calls[name]:
-                call(*args, **kwargs)
+    def forward(self: ForwardingCallback, *args: Any, **kwargs: Any) -> None:
+        for call in self.hook_calls[name]:
+            call(*args, **kwargs)
 
     forward.__name__, forward.__qualname__ = name, f"ForwardingCallback.{name}"
     forward.__doc__ = f"Call ``{name}`` on the members that forward it."
