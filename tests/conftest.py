@@ -1,8 +1,29 @@
-"""Shared fixtures: every test runs in its own working directory with the embedded MLflow default."""
+"""Shared fixtures and helpers of the test suite (every test module imports helpers from here, never from another
+test module).
+
+- ``workdir``: the test's own working directory with no ``MLFLOW_TRACKING_URI`` (runs land in ./mlflow.db, ./mlruns,
+  ./checkpoints), holding a copy of an already-migrated empty store; ``clean_workdir`` does the same for a
+  module-scoped fit (``with clean_workdir("name") as directory: main([...])``), restoring the working directory and
+  the tracking URI after. Creating MLflow's SQLite tables costs seconds; copying a store at head costs milliseconds,
+  and MLflow does not migrate a database that is already at head.
+- ``@pytest.mark.fresh_store``: the test's working directory starts with no ``mlflow.db`` (tests of the store's first
+  start, of a missing or an old store); ``clean_workdir(name, store=False)`` for a module-scoped one.
+- one torch thread in every test (autouse ``one_thread``): the suite runs on 2 xdist workers on 2 cores.
+- ``recipes_env()`` and ``two_process_command()``: the environment and command line of a recipe run in a subprocess.
+- ``--dist loadfile`` scheduling: every test module runs whole on one worker (its module-scoped fits are made once);
+  the heaviest process-spawning modules (``HEAVY_MODULES``) are one unit, so two of them never run at once.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,23 +38,176 @@ CONFIGS = REPO / "configs"
 SPIRAL = CONFIGS / "spiral_mlp.yaml"
 
 
+STORE = "mlflow.db"
+# set by a DDP launcher; a child that inherits LOCAL_RANK believes its processes were created externally
+LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "GROUP_RANK")
+DDP = CONFIGS / "trainer" / "ddp.yaml"
+# the process-spawning modules that load both cores for minutes: one worker runs them one after the other
+HEAVY_MODULES = frozenset({
+    "tests/end_to_end/test_ddp.py",
+    "tests/end_to_end/test_ddp_evaluation.py",
+    "tests/end_to_end/test_multi_node.py",
+    "tests/end_to_end/test_kill_9_trials.py",
+    "tests/end_to_end/test_tracker_outage.py",
+    "tests/end_to_end/test_tracking_server.py",
+    "tests/end_to_end/test_concurrent_runs.py",
+})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 - xdist's Scheduling
+    """``--dist loadfile`` (the addopts) with the heavy modules as one unit: each test module runs whole on one worker
+    (its module-scoped fits made once), and one worker runs the heavy modules one after the other. (xdist's own
+    ``loadgroup`` cannot group here: it renames test ids, which pytest 9 no longer allows.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesWithHeavyTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "heavy" if module in HEAVY_MODULES else module
+
+    return ModulesWithHeavyTogether(config, log)
+
+
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow SQLite store at head, created once per session (per xdist worker) by MLflow's own client."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("migrated_store") / STORE
+    MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)  # creates and migrates every table
+    return path
+
+
+def copy_migrated_store(template: Path, directory: Path) -> Path:
+    """``directory/mlflow.db`` as a copy of ``template`` (nothing if a store is there already); the Default
+    experiment's artifact location names ``directory/mlruns/0``, as in a store created in ``directory``."""
+    target = Path(directory) / STORE
+    if target.exists():
+        return target
+    shutil.copyfile(template, target)
+    connection = sqlite3.connect(target)
+    try:
+        with connection:
+            connection.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                               (str(Path(directory).resolve() / "mlruns" / "0"),))
+    finally:
+        connection.close()
+    return target
+
+
+@contextmanager
+def working_directory(directory: Path, store: Path | None = None) -> Iterator[Path]:
+    """``directory`` as the working directory with no ``MLFLOW_TRACKING_URI`` (and a copy of the migrated ``store``
+    when given); the working directory and the URI (MLflow exports the one it used) are restored after."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(directory)
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        if store is not None:
+            copy_migrated_store(store, directory)
+        yield Path(directory)
+
+
+@pytest.fixture(scope="session")
+def clean_workdir(tmp_path_factory: pytest.TempPathFactory,
+                  migrated_store: Path) -> Callable[..., AbstractContextManager[Path]]:
+    """For module-scoped fits: ``with clean_workdir("name") as directory: main([...])`` runs in a new directory with
+    the embedded MLflow default and a migrated store (``store=False``: none, MLflow creates it)."""
+
+    def enter(name: str, *, store: bool = True) -> AbstractContextManager[Path]:
+        return working_directory(tmp_path_factory.mktemp(name), migrated_store if store else None)
+
+    return enter
+
+
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh working directory with no MLFLOW_TRACKING_URI: runs land in ./mlflow.db, ./mlruns, ./checkpoints."""
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Path:
+    """The test's own working directory with no MLFLOW_TRACKING_URI: runs land in ./mlflow.db, ./mlruns,
+    ./checkpoints; ./mlflow.db is a copy of the migrated store unless the test is marked ``fresh_store``."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    if request.node.get_closest_marker("fresh_store") is None:
+        copy_migrated_store(request.getfixturevalue("migrated_store"), tmp_path)
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def shared_store(clean_workdir: Callable[..., AbstractContextManager[Path]]) -> Path:
+    """One embedded MLflow store for the fast tests (a copy of the migrated one); each test makes its own runs."""
+    with clean_workdir("resume_store") as directory:
+        runs_of(directory, "spiral_mlp")
+    return directory
+
+
 @pytest.fixture
-def one_thread():
-    """Tiny models run faster on one torch thread, above all on a busy 2-core machine (``usefixtures("one_thread")``)."""
+def store(shared_store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shared store as working directory (MLflow sets MLFLOW_TRACKING_URI in-process: cleared after)."""
+    monkeypatch.chdir(shared_store)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return shared_store
+
+
+@pytest.fixture(scope="module")
+def reference(clean_workdir: Callable[..., AbstractContextManager[Path]]) -> dict:
+    """The uninterrupted tabular run of the exact-resume tests: its last checkpoint and its logged values."""
+    from tests.exact_resume_runs import reference_run
+
+    with clean_workdir("reference") as directory:
+        return reference_run(directory)
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """One torch intra-op thread in every test, restored after (a recipe's fit sets its own ``torch_threads``): the
+    suite runs on 2 xdist workers on 2 cores, and tiny models on two threads per worker wait on each other."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def recipes_env() -> dict[str, str]:
+    """This environment without a tracking URI or a launcher's variables, with the repository importable: for a
+    recipe run in a subprocess."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV and k != "MLFLOW_TRACKING_URI"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    return env
+
+
+def two_process_command(directory: Path, subcommand: str, recipe: Path, *extra: str) -> list[str]:
+    """`python -m recipes <subcommand> -c <recipe> -c ddp.yaml` on 2 CPU processes (``data`` linked into
+    ``directory``: recipes name their data relative to the repository root)."""
+    if (REPO / "data").is_dir() and not (directory / "data").exists():
+        (directory / "data").symlink_to(REPO / "data")
+    args = [subcommand, "-c", str(recipe), "-c", str(DDP), "--trainer.accelerator", "cpu", "--trainer.devices", "2"]
+    return [sys.executable, "-m", "recipes", *args, *extra]
+
+
+def on_two_processes(directory: Path, subcommand: str, recipe: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`python -m recipes <subcommand> -c <recipe> -c ddp.yaml ...` on 2 CPU processes in ``directory``."""
+    # a deadlock between the ranks fails the test instead of hanging CI
+    out = subprocess.run(
+        two_process_command(directory, subcommand, recipe, *extra),
+        cwd=directory,
+        env=recipes_env(),
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def mlflow_client(directory: Path):

@@ -179,6 +179,7 @@ def test_import_recipes_cli_loads_no_heavy_optional_library():
 
 
 @pytest.mark.slow
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_fast_dev_run_does_not_load_mlflow(workdir):
     """Lightning drops the loggers under fast_dev_run; the recipe does not build (and import) the MLflow one."""
     code = ("import sys; from recipes.cli import main; "

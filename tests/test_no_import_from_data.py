@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -36,19 +35,10 @@ class Foo:
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory) -> Path:
+def fitted(clean_workdir) -> Path:
     """One tiny spiral fit (its own store): ``checkpoints/spiral_mlp/<run>/best.ckpt`` and the run's ``config.yaml``."""
-    directory = tmp_path_factory.mktemp("noimport")
-    old = Path.cwd()
-    saved_uri = os.environ.pop("MLFLOW_TRACKING_URI", None)
-    os.chdir(directory)
-    try:
+    with clean_workdir("noimport") as directory:
         main(["fit", "-c", str(SPIRAL), *TINY, "--trainer.max_epochs", "1", "--mlflow_model", "false"])
-    finally:
-        os.chdir(old)
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-        if saved_uri is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = saved_uri
     return directory
 
 

@@ -150,19 +150,10 @@ class CodeOnLoad:
 
 
 @pytest.fixture(scope="module")
-def spiral_checkpoint(tmp_path_factory) -> Path:
-    """A real last.ckpt of a tiny spiral fit (its own store)."""
-    directory = tmp_path_factory.mktemp("spiral_ckpt")
-    old = Path.cwd()
-    saved_uri = os.environ.pop("MLFLOW_TRACKING_URI", None)
-    os.chdir(directory)
-    try:
+def spiral_checkpoint(clean_workdir) -> Path:
+    """A real last.ckpt of a tiny spiral fit (no logger: no store)."""
+    with clean_workdir("spiral_ckpt", store=False) as directory:
         main(["fit", "-c", str(SPIRAL), *TINY, "--trainer.max_epochs", "1", "--trainer.logger", "false"])
-    finally:
-        os.chdir(old)
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-        if saved_uri is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = saved_uri
     (path,) = directory.glob("checkpoints/spiral_mlp/*/last.ckpt")
     return path
 
@@ -205,6 +196,7 @@ BAD_CHECKPOINTS = [
 
 
 @pytest.mark.parametrize("kind, subcommand, message", BAD_CHECKPOINTS, ids=[f"{k}-{s}" for k, s, _ in BAD_CHECKPOINTS])
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_a_bad_checkpoint_file_is_a_clear_error_before_training(
     workdir, capsys, spiral_checkpoint, kind, subcommand, message
 ):
@@ -237,6 +229,7 @@ def test_weights_for_another_network_are_a_clear_error_before_training(workdir, 
     assert runs_of(workdir, "spiral_mlp") == [], [r.info for r in runs_of(workdir, "spiral_mlp")]
 
 
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_a_checkpoint_of_another_recipe_is_refused(workdir, capsys, spiral_checkpoint):
     if (REPO / "data").is_dir():
         (workdir / "data").symlink_to(REPO / "data")

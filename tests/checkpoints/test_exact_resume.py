@@ -22,10 +22,15 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-import recipes.cli as cli
 from tests.conftest import CONFIGS, REPO, runs_of
-
-LIMITS = ["--trainer.limit_train_batches", "6", "--trainer.limit_val_batches", "2"]
+from tests.exact_resume_runs import (
+    LIMITS,
+    CrashAtStep,
+    SigtermAtStep,
+    assert_same_training_state,
+    fit,
+    last_of,
+)
 
 
 class CrashAtEpochStart(Callback):
@@ -39,17 +44,6 @@ class CrashAtEpochStart(Callback):
             raise RuntimeError(f"simulated crash at the start of epoch {self.epoch}")
 
 
-class SigtermAtStep(Callback):
-    """Lightning's SIGTERM path (stop after this batch, RunContinuity saves last.ckpt) at a global step."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            trainer._signal_connector.received_sigterm = True
-
-
 class BatchRecorder(Callback):
     """(epoch, batch_idx, labels of the batch) of every training batch."""
 
@@ -59,36 +53,6 @@ class BatchRecorder(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         labels = batch["labels"] if isinstance(batch, dict) else batch[1]
         self.records.append((trainer.current_epoch, batch_idx, tuple(labels.tolist())))
-
-
-def fit(monkeypatch, recipe: str | Path, *args: str, extra_callbacks: list | None = None) -> None:
-    original = cli.RecipesCLI.default_callbacks
-    if extra_callbacks:
-        monkeypatch.setattr(
-            cli.RecipesCLI, "default_callbacks", lambda self, cfg: original(self, cfg) + list(extra_callbacks)
-        )
-    try:
-        config = recipe if isinstance(recipe, Path) else CONFIGS / f"{recipe}.yaml"
-        cli.main(["fit", "-c", str(config), *LIMITS, *args])
-    finally:
-        monkeypatch.setattr(cli.RecipesCLI, "default_callbacks", original)
-
-
-def last_of(workdir: Path, recipe: str, run_id: str) -> dict:
-    return torch.load(workdir / "checkpoints" / recipe / run_id / "last.ckpt", weights_only=True)
-
-
-def assert_same_training_state(a: dict, b: dict) -> None:
-    assert (a["epoch"], a["global_step"]) == (b["epoch"], b["global_step"])
-    assert a["state_dict"].keys() == b["state_dict"].keys()
-    differ = [k for k in a["state_dict"] if not torch.equal(a["state_dict"][k], b["state_dict"][k])]
-    assert differ == [], f"parameters differ: {differ}"
-    opt_a, opt_b = a["optimizer_states"][0], b["optimizer_states"][0]
-    assert opt_a["param_groups"] == opt_b["param_groups"]  # LR, betas, step counts of the schedule's groups
-    for index, state in opt_a["state"].items():
-        for name, value in state.items():
-            assert torch.equal(value, opt_b["state"][index][name]), f"optimizer state {index}.{name} differs"
-    assert a["lr_schedulers"] == b["lr_schedulers"]  # position and last LR of the schedule
 
 
 @pytest.mark.slow
@@ -163,7 +127,7 @@ data:
 
 def image_folder_recipe(workdir: Path) -> Path:
     """A small image-folder recipe (ConvNet with dropout, OneCycle) on 3 x 40 PNGs, decoded by 2 worker processes."""
-    from tests.datamodules.test_image_folder import make_folder
+    from tests.data_files import make_folder
 
     make_folder(workdir / "images", {"a": 40, "b": 40, "c": 40}, size=(8, 8))
     path = workdir / "image_folder_convnet.yaml"
@@ -226,17 +190,6 @@ def test_resume_after_a_mid_epoch_sigterm_equals_the_uninterrupted_run(workdir, 
     assert torch.equal(sa["torch"], sb["torch"]) and torch.equal(sa["numpy"]["keys"], sb["numpy"]["keys"])
 
 
-class CrashAtStep(Callback):
-    """Dies before the batch after global step ``step`` (a hard kill's checkpoint: whatever was written before)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            raise RuntimeError(f"simulated crash after step {self.step}")
-
-
 @pytest.mark.slow
 def test_a_hard_kill_loses_at_most_checkpoint_every_n_steps_and_resumes_exactly(workdir, monkeypatch):
     """``--checkpoint_every_n_steps 4``: last.ckpt at steps 4, 6 (epoch 0's validation), 8, 12 (epoch 1's
@@ -278,11 +231,11 @@ def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrup
     """2-process DDP (gloo), the tabular recipe: each rank draws its shard of ClassBalancedSampler's draw; SIGTERM to
     rank 0 after step 8 (epoch 1, batch 1 of 6 per rank) stops both ranks there; the resumed pair ends bit-for-bit
     where the uninterrupted pair ends."""
-    from tests.end_to_end.test_ddp import recipes_env, two_process_command
+    from tests.conftest import recipes_env, two_process_command
 
     recipe = CONFIGS / "tabular_mlp.yaml"
     args = ["--trainer.max_epochs", "2", *LIMITS, "--mlflow_model", "false", "--system_metrics_interval", "0"]
-    stop = {"class_path": "tests.test_exact_resume.SigtermToRankZeroAtStep", "init_args": {"step": 8}}
+    stop = {"class_path": "tests.checkpoints.test_exact_resume.SigtermToRankZeroAtStep", "init_args": {"step": 8}}
 
     def fit_pair(*extra: str) -> subprocess.CompletedProcess:
         command = two_process_command(tmp_path, "fit", recipe, *args, *extra)
@@ -303,7 +256,7 @@ def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrup
     assert (a["epoch"], a["global_step"]) == (1, 12)
     assert_same_training_state(a, b)
     # the resumed epoch's train metrics add both processes' batches before the stop (summed into rank 0's checkpoint)
-    from tests.checkpoints.test_exact_resume_tabular import logged_values
+    from tests.exact_resume_runs import logged_values
 
     logged = logged_values(tmp_path, stopped.info.run_id)
     assert logged["train/acc"] == logged_values(tmp_path, straight.info.run_id)["train/acc"]

@@ -24,31 +24,24 @@ import signal
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 from lightning.pytorch.callbacks import Callback
 
-from tests.conftest import CONFIGS, REPO, mlflow_client, runs_of
-from tests.checkpoints.test_exact_resume import (
+from tests.conftest import CONFIGS, REPO, runs_of
+from tests.exact_resume_runs import (
+    ARGS,
     LIMITS,
+    RECIPE,
+    STOPPED_EARLY_AT,
     CrashAtStep,
     SigtermAtStep,
+    assert_ends_as_the_reference,
     assert_same_training_state,
     fit,
     last_of,
+    logged_values,
 )
-
-RECIPE = "tabular_mlp"
-ARGS = [
-    "--trainer.max_epochs", "8",
-    "--early_stopping_patience", "2",
-    "--model.init_args.schedule.init_args.patience", "0",
-    "--checkpoint_every_n_steps", "3",
-    "--system_metrics_interval", "0",
-    "--mlflow_model", "false",
-]
-STOPPED_EARLY_AT = 5  # the reference's last epoch (0-based): early stopping, not max_epochs
 
 
 class CrashAfterStepSaved(Callback):
@@ -93,32 +86,6 @@ class CrashAtLastBatch(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.current_epoch == self.epoch and batch_idx == self.batches - 1:
             raise RuntimeError("simulated crash at the epoch's last batch")
-
-
-def logged_values(directory: Path, run_id: str) -> dict[str, list[tuple[int, float]]]:
-    """Every metric of a run as sorted (step, value) pairs, repeated writes of one value at one step counted once;
-    the loop doctor's diagnostics (timings, a check re-run when the run resumes) left out."""
-    client = mlflow_client(directory)
-    run = client.get_run(run_id)
-    return {
-        key: sorted({(m.step, m.value) for m in client.get_metric_history(run_id, key)})
-        for key in run.data.metrics
-        if not key.startswith("doctor/")
-    }
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The uninterrupted run: its last checkpoint and its logged values."""
-    directory = tmp_path_factory.mktemp("reference")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(directory)
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        (directory / "data").symlink_to(REPO / "data")
-        fit(mp, RECIPE, *ARGS)
-        (run,) = runs_of(directory, RECIPE)
-        assert run.info.status == "FINISHED"
-        return {"last": last_of(directory, RECIPE, run.info.run_id), "logged": logged_values(directory, run.info.run_id)}
 
 
 def test_the_reference_stops_early_after_lr_reductions(reference):
@@ -170,17 +137,6 @@ def test_tabular_resume_equals_the_uninterrupted_run(workdir, monkeypatch, refer
     assert_ends_as_the_reference(workdir, stopped.info.run_id, reference)
 
 
-def assert_ends_as_the_reference(workdir: Path, run_id: str, reference: dict) -> None:
-    ours, theirs = last_of(workdir, RECIPE, run_id), reference["last"]
-    assert_same_training_state(theirs, ours)  # includes the plateau's last_epoch, best, num_bad_epochs
-    assert ours["epoch"] == STOPPED_EARLY_AT  # early stopping at the same epoch
-    logged = logged_values(workdir, run_id)
-    assert logged.keys() == reference["logged"].keys()
-    for key in ("train/acc", "train/f1", "val/loss", "val/acc", "lr/decay"):
-        assert logged[key] == reference["logged"][key], key
-    assert logged == reference["logged"]
-
-
 class KillNineAtStep(Callback):
     """SIGKILL to its own process at the start of the batch after global step ``step``: nothing runs after it (no
     exception hook, no write of the metrics MLflow was holding), as with ``kill -9`` or the OOM killer."""
@@ -197,10 +153,10 @@ class KillNineAtStep(Callback):
 def test_a_real_kill_9_mid_epoch_resumes_to_the_uninterrupted_run(workdir, monkeypatch, reference):
     """A fit in its own process killed with SIGKILL before step 11 (step 9's checkpoint is the newest), resumed with
     ``--ckpt_path last``: the same end and the same logged values as the reference."""
-    from tests.end_to_end.test_ddp import recipes_env
+    from tests.conftest import recipes_env
 
     (workdir / "data").symlink_to(REPO / "data")
-    kill = {"class_path": "tests.test_exact_resume_tabular.KillNineAtStep", "init_args": {"step": 10}}
+    kill = {"class_path": "tests.checkpoints.test_exact_resume_tabular.KillNineAtStep", "init_args": {"step": 10}}
     command = [sys.executable, "-m", "recipes", "fit", "-c", str(CONFIGS / f"{RECIPE}.yaml"), *LIMITS, *ARGS,
                f"--trainer.callbacks+={json.dumps(kill)}"]
     out = subprocess.run(command, cwd=workdir, env=recipes_env(), capture_output=True, text=True, timeout=300)

@@ -15,54 +15,7 @@ import torch
 from recipes.checkpoints.files import read_run_stamp
 from recipes.cli import main
 from tests.conftest import SPIRAL, mlflow_client, runs_of
-
-TINY = ["--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2"]
-
-
-def fit(*extra: str) -> None:
-    main(["fit", "-c", str(SPIRAL), *TINY, *extra])
-
-
-@pytest.fixture(scope="module")
-def shared_store(tmp_path_factory) -> Path:
-    """One embedded MLflow store for the fast tests (creating one costs seconds); each test makes its own runs."""
-    directory = tmp_path_factory.mktemp("resume_store")
-    old = Path.cwd()
-    saved_uri = os.environ.pop("MLFLOW_TRACKING_URI", None)
-    os.chdir(directory)
-    try:
-        runs_of(directory, "spiral_mlp")  # creates the database
-    finally:
-        os.chdir(old)
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-        if saved_uri is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = saved_uri
-    return directory
-
-
-@pytest.fixture
-def store(shared_store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The shared store as working directory (MLflow sets MLFLOW_TRACKING_URI in-process: cleared after)."""
-    monkeypatch.chdir(shared_store)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return shared_store
-
-
-def new_runs(directory: Path, before: list) -> list:
-    """Runs of spiral_mlp created since ``before`` (a ``runs_of`` list), oldest first, re-read now."""
-    seen = {r.info.run_id for r in before}
-    return [r for r in runs_of(directory, "spiral_mlp") if r.info.run_id not in seen]
-
-
-def run_dir(workdir: Path, run_id: str) -> Path:
-    return workdir / "checkpoints" / "spiral_mlp" / run_id
-
-
-def steps(workdir: Path, run_id: str, metric: str) -> list[int]:
-    """Metric steps in the order MLflow stored them."""
-    history = mlflow_client(workdir).get_metric_history(run_id, metric)
-    return [m.step for m in sorted(history, key=lambda m: (m.timestamp, m.step))]
-
+from tests.resume_runs import TINY, fit, new_runs, run_dir, steps
 
 def test_checkpoints_carry_the_run_id_and_fit_resume_continues_that_run(store):
     before = runs_of(store, "spiral_mlp")

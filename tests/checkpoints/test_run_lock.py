@@ -3,7 +3,6 @@ it (issue 16, item 5; issue 28, part 7: the first fit took no lock)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 
 from recipes.cli import main
 from recipes.checkpoints.run_lock import hold_run_lock, lock_path, release_run_locks
-from tests.conftest import REPO, SPIRAL, runs_of
+from tests.conftest import SPIRAL, recipes_env, runs_of
 
 
 @pytest.mark.slow
@@ -21,8 +20,7 @@ def test_a_second_resume_of_a_run_being_resumed_fails_at_once(workdir, capsys):
     main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--mlflow_model", "false"])
     run_id = runs_of(workdir, "spiral_mlp")[0].info.run_id
     lock = lock_path(workdir / "checkpoints" / "spiral_mlp", run_id)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = recipes_env()
     first = subprocess.Popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--ckpt_path", "last",
          "--trainer.max_epochs", "400", "--mlflow_model", "false"],
@@ -48,8 +46,7 @@ def test_a_second_resume_of_a_run_being_resumed_fails_at_once(workdir, capsys):
 
 def test_a_resume_of_a_run_whose_first_fit_is_still_training_fails_at_once(workdir, capsys):
     """The first fit holds its run's lock too: `fit --ckpt_path last` during it used to train the same run twice."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = {**recipes_env(), "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", "400",
          "--mlflow_model", "false", "--torch_threads", "1"],

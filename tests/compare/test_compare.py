@@ -11,7 +11,6 @@ import contextlib
 import csv
 import io
 import json
-import os
 import re
 from pathlib import Path
 
@@ -326,6 +325,7 @@ def test_max_runs_note_and_errors(store, capsys):
     assert code == 2 and "metric 'val/nothing' was not logged" in err
 
 
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_tracking_uri_names_another_store(workdir, capsys):
     assert main([]) == 2  # the fresh working directory has no mlflow.db, and none is created
     assert "no MLflow database" in capsys.readouterr().err
@@ -355,22 +355,14 @@ def test_sweep_trials_still_compare(store, capsys, monkeypatch):
 
 # --- one real recipe run ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def recipe_run(tmp_path_factory):
+def recipe_run(clean_workdir):
     """One 3-epoch `recipes fit` of the spiral recipe (lr 0.05) in an embedded store, and its epoch lines."""
     from recipes.cli import main as cli_main
 
-    directory = tmp_path_factory.mktemp("compare")
-    old, printed = Path.cwd(), io.StringIO()
-    saved_uri = os.environ.pop("MLFLOW_TRACKING_URI", None)
-    os.chdir(directory)
-    try:
-        with contextlib.redirect_stdout(printed):
-            cli_main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3",
-                      "--model.init_args.optimizer.init_args.lr", "0.05"])
-    finally:
-        os.chdir(old)
-        if saved_uri is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = saved_uri
+    printed = io.StringIO()
+    with clean_workdir("compare") as directory, contextlib.redirect_stdout(printed):
+        cli_main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3",
+                  "--model.init_args.optimizer.init_args.lr", "0.05"])
     return directory, printed.getvalue()
 
 

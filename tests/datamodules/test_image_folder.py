@@ -17,25 +17,7 @@ from datamodules.base import split_indices
 from datamodules.image_folder import ImageFolderDataModule, ImageFolderDataset, read_image
 from lightning_modules import ClassificationModule
 from lightning_modules.models.mlp import MLP
-
-
-def save(path: Path, array: np.ndarray, mode: str | None = None) -> Path:
-    """Write ``array`` (H, W) or (H, W, C) uint8 as an image; the format follows the suffix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image = Image.fromarray(array)
-    if mode is not None:
-        image = image.convert(mode)
-    image.save(path, format="JPEG" if path.suffix.lower() in (".jpg", ".jpeg") else "PNG")
-    return path
-
-
-def make_folder(root: Path, counts: dict[str, int], size: tuple[int, int] = (8, 8), seed: int = 0) -> Path:
-    """``counts[name]`` random RGB PNGs of ``size`` (height, width) in ``root/<name>/NN.png``."""
-    rng = np.random.default_rng(seed)
-    for name, n in counts.items():
-        for i in range(n):
-            save(root / name / f"{i:02d}.png", rng.integers(0, 256, (*size, 3), dtype=np.uint8))
-    return root
+from tests.data_files import make_folder, save
 
 
 def batches(loader, epochs: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -14,36 +14,15 @@ from datamodules.samplers import ClassBalancedSampler
 from datamodules.tabular import TabularDataModule
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
+from tests.data_files import make_frame, write
 
 CLASSES = ["ant", "mouse", "zebra"]  # sorted order of the labels below
-
-
-def make_frame(n: int = 200, seed: int = 0) -> pd.DataFrame:
-    """A string label, a string categorical column, two float columns and an int column."""
-    rng = np.random.default_rng(seed)
-    return pd.DataFrame(
-        {
-            "x1": rng.normal(size=n),
-            "color": rng.choice(["red", "green", "blue"], size=n),
-            "x2": rng.normal(10.0, 3.0, size=n),
-            "size": rng.integers(1, 4, size=n),
-            "label": rng.choice(["zebra", "ant", "mouse"], size=n),
-        }
-    )
 
 
 def label_ids(frame: pd.DataFrame, column: str = "label") -> torch.Tensor:
     """Class ids in the sorted order of the distinct labels, as the data module assigns them."""
     names = sorted(frame[column].unique())
     return torch.tensor([names.index(v) for v in frame[column]])
-
-
-def write(frame: pd.DataFrame, path):
-    if path.suffix == ".csv":
-        frame.to_csv(path, index=False)
-    else:
-        frame.to_parquet(path, index=False)
-    return path
 
 
 def position(indices: torch.Tensor, row: int) -> int:

@@ -24,7 +24,7 @@ import yaml
 
 from datamodules import TabularDataModule
 from recipes.cli import main
-from tests.conftest import CONFIGS, runs_of
+from tests.conftest import CONFIGS, copy_migrated_store, runs_of
 
 TABULAR = CONFIGS / "tabular_mlp.yaml"
 SEEDS = range(5)
@@ -84,7 +84,8 @@ def recipe_test_accuracy(directory: Path, csv: Path, seed: int, module: TabularD
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("table", ["wine", "breast_cancer"])
-def test_tabular_recipe_reaches_logistic_regression_on_small_tables(table, tables, workdir, monkeypatch, capsys):
+def test_tabular_recipe_reaches_logistic_regression_on_small_tables(table, tables, workdir, monkeypatch, capsys,
+                                                                    migrated_store):
     rows = []
     for seed in SEEDS:
         module = data_module(tables[table], seed)
@@ -94,6 +95,7 @@ def test_tabular_recipe_reaches_logistic_regression_on_small_tables(table, table
         monkeypatch.chdir(directory)
         # each seed in its own ./mlflow.db: MLflow exported the previous one as MLFLOW_TRACKING_URI when it was set
         monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        copy_migrated_store(migrated_store, directory)
         recipe = round(recipe_test_accuracy(directory, tables[table], seed, module) * n_test)
         rows.append((seed, recipe, logistic_regression_correct(module), n_test))
     report = "\n".join(f"{table} seed {s}: recipe {r}/{n} = {r / n:.4f}, LogisticRegression {b}/{n} = {b / n:.4f}"

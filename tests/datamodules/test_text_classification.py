@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import random
-from pathlib import Path
 
 import lightning as L
 import pytest
@@ -18,39 +15,11 @@ from datamodules.samplers import LengthBucketBatchSampler, padding_fraction
 from datamodules.text_classification import EpochRandomSampler, TextClassificationDataModule
 from datamodules.tokenizers import Vocabulary, char_tokenize, word_tokenize
 from lightning_modules import ClassificationModule
+from tests.data_files import FILLER, keyword_rows, write_csv, write_jsonl
 
-FILLER = "the a of film plot actor scene story music ending one two red blue long short time day night light".split()
-KEYWORDS = {"pos": ["excellent", "wonderful", "brilliant"], "neg": ["terrible", "boring", "awful"]}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread
-
-
-def keyword_rows(n: int, seed: int = 0, min_words: int = 3, max_words: int = 30) -> list[tuple[str, str]]:
-    """``n`` (text, label) rows, half "pos" and half "neg"; the label is decided by one keyword in the text."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        label = "pos" if i % 2 == 0 else "neg"
-        words = [rng.choice(FILLER) for _ in range(rng.randint(min_words, max_words) - 1)]
-        words.insert(rng.randint(0, len(words)), rng.choice(KEYWORDS[label]))
-        rows.append((" ".join(words), label))
-    return rows
-
-
-def write_csv(path: Path, rows, fields=("text", "label")) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(fields)
-        writer.writerows(rows)
-    return path
-
-
-def write_jsonl(path: Path, rows, fields=("text", "label")) -> Path:
-    with path.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(dict(zip(fields, row))) + "\n")
-    return path
 
 
 def label_ids(labels) -> torch.Tensor:

@@ -26,7 +26,7 @@ from recipes.doctor import (
     UnusedParametersCheck,
 )
 
-from test_loop_doctor import ForcesTrainMode, SleepyDataset
+from tests.doctor_stand_ins import ForcesTrainMode, SleepyDataset
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::recipes.doctor.LoopDoctorWarning"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 
 import lightning as L
 import pytest
@@ -23,6 +22,7 @@ from recipes.checkpoints.run_checkpoint import RunCheckpoint
 from recipes.loop_doctor import sample_hashes
 from recipes.tracking.logger import RecipeLogger
 from tests.conftest import mlflow_client
+from tests.doctor_stand_ins import ForcesTrainMode, SleepyDataset, random_rows
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::recipes.loop_doctor.LoopDoctorWarning"),
@@ -72,11 +72,6 @@ class TensorData(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.datasets["val"], batch_size=16)
-
-
-def random_rows(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 2, generator=generator), torch.randint(0, 3, (n,), generator=generator)
 
 
 # --- a healthy run ------------------------------------------------------------------------------------------
@@ -233,19 +228,6 @@ def test_leakage_through_plain_loaders_and_any_dataset():
 
 
 # --- data wait: a loader that sleeps ------------------------------------------------------------------------
-class SleepyDataset(Dataset):
-    def __init__(self, n: int, delay: float) -> None:
-        self.x, self.y = random_rows(n, seed=0)
-        self.delay = delay
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int):
-        time.sleep(self.delay)
-        return self.x[i], self.y[i]
-
-
 def test_a_loader_that_sleeps_gets_the_data_wait_hint():
     doctor = LoopDoctor(leakage=False, data_wait_skip_batches=1)
     fit = trainer(doctor, num_sanity_val_steps=0, limit_val_batches=0)
@@ -310,14 +292,6 @@ def test_plateau_schedule_without_validation_fails_before_training():
 
 
 # --- mode check ---------------------------------------------------------------------------------------------
-class ForcesTrainMode(MLP):
-    """A network whose forward switches itself to train mode, also during validation."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.train()
-        return super().forward(x)
-
-
 def test_forward_that_forces_train_mode_during_validation_is_reported():
     doctor = LoopDoctor()
     fit = trainer(doctor, limit_train_batches=2, limit_val_batches=2)

@@ -21,6 +21,7 @@ def test_sqlite_database_path():
     assert sqlite_database_path("postgresql://u@h/db") is None
 
 
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_prepare_sqlite_store_from_threads_creates_one_experiment(workdir):
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     errors: list[BaseException] = []
@@ -42,6 +43,7 @@ def test_prepare_sqlite_store_from_threads_creates_one_experiment(workdir):
 
 
 @pytest.mark.slow
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_two_recipes_at_once_on_one_sqlite_store_both_finish_in_full(workdir):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     common = [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3"]

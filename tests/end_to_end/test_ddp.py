@@ -8,10 +8,8 @@ checkpoint directory, epoch metrics reduced over both ranks, and per-rank shards
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,47 +20,22 @@ import yaml
 
 from recipes.checkpoints.files import read_run_stamp
 from recipes.cli import main
-from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
+from tests.conftest import (
+    CONFIGS,
+    SPIRAL,
+    mlflow_client,
+    on_two_processes,
+    recipes_env,
+    runs_of,
+    two_process_command,
+)
 
-DDP = CONFIGS / "trainer" / "ddp.yaml"
-# set by a DDP launcher; a child that inherits LOCAL_RANK believes its processes were created externally
-LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "GROUP_RANK")
 SPIRAL_EPOCHS = 2
 
 
 def fit_on_two_processes(directory: Path, recipe: Path, epochs: int) -> subprocess.CompletedProcess:
     """`python -m recipes fit -c <recipe> -c ddp.yaml` on 2 CPU processes in ``directory`` (embedded MLflow)."""
     return on_two_processes(directory, "fit", recipe, "--trainer.max_epochs", str(epochs))
-
-
-def on_two_processes(directory: Path, subcommand: str, recipe: Path, *extra: str) -> subprocess.CompletedProcess:
-    """`python -m recipes <subcommand> -c <recipe> -c ddp.yaml ...` on 2 CPU processes in ``directory``."""
-    # a deadlock between the ranks fails the test instead of hanging CI
-    out = subprocess.run(
-        two_process_command(directory, subcommand, recipe, *extra),
-        cwd=directory,
-        env=recipes_env(),
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return out
-
-
-def recipes_env() -> dict[str, str]:
-    """This environment without a tracking URI or a launcher's variables, with the repository importable."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV and k != "MLFLOW_TRACKING_URI"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
-    return env
-
-
-def two_process_command(directory: Path, subcommand: str, recipe: Path, *extra: str) -> list[str]:
-    if (REPO / "data").is_dir() and not (directory / "data").exists():
-        (directory / "data").symlink_to(REPO / "data")  # recipes name their data relative to the repository root
-    args = [subcommand, "-c", str(recipe), "-c", str(DDP), "--trainer.accelerator", "cpu", "--trainer.devices", "2"]
-    return [sys.executable, "-m", "recipes", *args, *extra]
 
 
 def the_run(directory: Path, experiment: str):

@@ -16,7 +16,7 @@ import pytest
 
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO, SPIRAL, runs_of
-from tests.end_to_end.test_ddp import on_two_processes
+from tests.conftest import on_two_processes
 
 # metrics made of counts (accuracy, F1, AUROC's ranks) come out identical; sums of floats (loss, errors, log-probs)
 # are added in another order on two processes (per rank, then across), so they agree to float32 rounding

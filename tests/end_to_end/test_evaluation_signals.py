@@ -35,11 +35,8 @@ class SignalAt(Callback):
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("fitted")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(directory)
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+def fitted(clean_workdir):
+    with clean_workdir("fitted") as directory:
         main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--mlflow_model", "false"])
     return directory
 
@@ -52,7 +49,7 @@ def test_a_signal_during_an_evaluation_ends_its_run_killed(fitted, monkeypatch, 
     previous = signal.getsignal(signal.SIGINT)
     with pytest.raises(SystemExit) as exc:
         main([stage, "-c", str(SPIRAL), "--ckpt_path", "last", "--predictions_path", f"{stage}-{signum}.csv",
-              "--trainer.callbacks+=tests.test_evaluation_signals.SignalAt",
+              "--trainer.callbacks+=tests.end_to_end.test_evaluation_signals.SignalAt",
               "--trainer.callbacks.signum", str(int(signum))])  # fmt: skip
     assert signal.getsignal(signal.SIGINT) == previous  # the handlers are given back
     name = signal.Signals(signum).name

@@ -30,8 +30,7 @@ import pytest
 from recipes.predict.model_logging import MODEL_TAG
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal
 from tests.conftest import CONFIGS, REPO, runs_of
-from tests.checkpoints.test_exact_resume import LIMITS, fit, last_of
-from tests.checkpoints.test_exact_resume_tabular import ARGS, RECIPE, assert_ends_as_the_reference, reference  # noqa: F401
+from tests.exact_resume_runs import ARGS, LIMITS, RECIPE, assert_ends_as_the_reference, fit, last_of
 
 KILLPOINT_HEAD = '''
 """Written by tests/end_to_end/test_kill_9_trials.py: SIGKILL to this process at one chosen moment."""
@@ -213,7 +212,7 @@ RESUMED_FROM = {
 
 def killed_fit(directory: Path, moment: str, *extra: str) -> subprocess.CompletedProcess:
     """The tabular fit in its own process, which kills itself (SIGKILL) at ``moment``."""
-    from tests.end_to_end.test_ddp import recipes_env
+    from tests.conftest import recipes_env
 
     folder = directory / "killpoint"
     folder.mkdir()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,20 +17,17 @@ import pytest
 
 from recipes.cli import main
 from recipes.predict.model_logging import MODEL_TAG
-from tests.conftest import CONFIGS, REPO, SPIRAL, runs_of
+from tests.conftest import CONFIGS, REPO, SPIRAL, free_port, runs_of, working_directory
 
 TABULAR = CONFIGS / "tabular_mlp.yaml"
 SHORT = ["--trainer.max_epochs", "2"]
 
 
 @pytest.fixture(scope="module")
-def registered(tmp_path_factory):
+def registered(clean_workdir):
     """A 2-epoch tabular fit registered as `churn` in the directory's embedded store, and raw rows to predict."""
-    directory = tmp_path_factory.mktemp("registered")
-    (directory / "data").symlink_to(REPO / "data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(directory)
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with clean_workdir("registered") as directory:
+        (directory / "data").symlink_to(REPO / "data")
         main(["fit", "-c", str(TABULAR), *SHORT, "--register_model", "churn"])
     raw = pd.read_csv(REPO / "data" / "churn.csv").drop(columns=["churn"]).sample(40, random_state=3)
     raw.loc[raw.index[0], "plan"] = "platinum-unseen"  # a category the train split never had: <unknown>
@@ -41,9 +37,7 @@ def registered(tmp_path_factory):
 
 def recipes_predict(directory: Path, raw: pd.DataFrame, name: str) -> pd.DataFrame:
     raw.to_csv(directory / f"{name}.csv", index=False)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(directory)
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with working_directory(directory):
         main(["predict", "-c", str(TABULAR), "--ckpt_path", "best", "--data.init_args.predict_path", f"{name}.csv",
               "--predictions_path", f"{name}-out.csv"])
     return pd.read_csv(directory / f"{name}-out.csv", keep_default_na=False)
@@ -84,12 +78,6 @@ def test_without_register_model_the_model_is_logged_not_registered_and_can_be_sw
     predicted = model.predict(points)
     assert list(predicted.columns) == ["row", "prediction", "prob_0", "prob_1", "prob_2"]
     assert predicted[["prob_0", "prob_1", "prob_2"]].sum(axis=1).to_numpy() == pytest.approx([1.0] * 3, abs=1e-5)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ and `--ckpt_path last` on both nodes continues the same run.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,16 +16,9 @@ import pytest
 import torch
 
 from recipes.checkpoints.files import read_run_stamp
-from tests.conftest import SPIRAL, mlflow_client, runs_of
-from tests.end_to_end.test_ddp import DDP, recipes_env
+from tests.conftest import DDP, SPIRAL, free_port, mlflow_client, recipes_env, runs_of
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def on_two_nodes(directory: Path, *extra: str) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,10 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.callbacks import Callback
 
-from tests.conftest import REPO, SPIRAL
+from tests.conftest import REPO, SPIRAL, free_port, recipes_env
 
 SERVER_PGID_ENV = "LOOPWISE_TEST_SERVER_PGID"
 OUTAGE_MARKER = "server-killed.marker"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:
@@ -97,7 +90,7 @@ def start_fit(workdir: Path, server: Server, epochs: int) -> subprocess.Popen:
             env.pop(key)  # MLflow's defaults, as a user has them
     return subprocess.Popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", str(epochs),
-         "--mlflow_model", "false", "--trainer.callbacks+=tests.test_tracker_outage.KillServerAfterFirstEpoch"],
+         "--mlflow_model", "false", "--trainer.callbacks+=tests.end_to_end.test_tracker_outage.KillServerAfterFirstEpoch"],
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -188,11 +181,10 @@ class StuckInACheckpointSave(Callback):
 
 @pytest.mark.slow
 def test_a_second_sigterm_ends_a_stuck_process_at_once(workdir) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = recipes_env()
     fit = subprocess.Popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", "5", "--mlflow_model",
-         "false", "--trainer.callbacks+=tests.test_tracker_outage.StuckInACheckpointSave"],
+         "false", "--trainer.callbacks+=tests.end_to_end.test_tracker_outage.StuckInACheckpointSave"],
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

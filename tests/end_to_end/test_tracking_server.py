@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import SPIRAL
+from tests.conftest import SPIRAL, free_port
 from recipes.cli import main
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +63,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
         log.close()
 
 
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_recipe_logs_everything_to_a_real_server(mlflow_server, workdir: Path, monkeypatch, capsys) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -112,6 +106,7 @@ def test_recipe_logs_everything_to_a_real_server(mlflow_server, workdir: Path, m
     assert run.info.run_id in out and "FINISHED" in out
 
 
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_unreachable_server_fails_before_training(workdir: Path, monkeypatch, capsys) -> None:
     port = free_port()  # nothing listens there
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")

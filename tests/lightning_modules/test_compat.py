@@ -280,11 +280,9 @@ def test_subcommand_error_hook_sees_the_error_of_fit(tmp_path: Path) -> None:
 
 
 @probes("ConfigDumpWithInitArgs")
-def test_a_network_whose_every_argument_is_a_linked_size_builds(tmp_path: Path, monkeypatch) -> None:
+def test_a_network_whose_every_argument_is_a_linked_size_builds(tmp_path: Path, workdir: Path) -> None:
     from recipes.cli import main
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     (tmp_path / "net.yaml").write_text(
         "model:\n  class_path: lightning_modules.ClassificationModule\n  init_args:\n    model:\n"
         "      class_path: tests.stand_in_backbones.TinyResNet\n"

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import csv
 import random
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -23,23 +21,13 @@ from datamodules.image_folder import ImageFolderDataset
 from lightning_modules import ClassificationModule, LanguageModelModule
 from recipes.cli import main
 from tests.conftest import CONFIGS
-from tests.datamodules.test_image_folder import save
-from tests.datamodules.test_text_classification import keyword_rows, write_csv, write_jsonl
+from tests.data_files import keyword_rows, save, write_csv, write_jsonl
 
 TEXT = CONFIGS / "text_transformer.yaml"
 CHARLM = CONFIGS / "charlm_gpt.yaml"
 SHORT_FIT = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread
-
-
-@contextmanager
-def working_directory(directory: Path) -> Iterator[Path]:
-    """``directory`` as the working directory, with the embedded MLflow default (for module-scoped fixtures)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(directory)
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        yield directory
 
 
 def read_predictions(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -72,11 +60,10 @@ def check_class_columns(header: list[str], rows: list[dict[str, str]], class_nam
 
 # --- text classification ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def text_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def text_run(clean_workdir) -> Path:
     """``configs/text_transformer.yaml`` fitted briefly on 200 keyword reviews (labels "neg"/"pos")."""
-    directory = tmp_path_factory.mktemp("text_run")
-    write_csv(directory / "reviews.csv", keyword_rows(200, seed=3, max_words=12))
-    with working_directory(directory):
+    with clean_workdir("text_run") as directory:
+        write_csv(directory / "reviews.csv", keyword_rows(200, seed=3, max_words=12))
         main(["fit", "-c", str(TEXT), "--data.init_args.path", "reviews.csv", *SHORT_FIT])
     return directory
 
@@ -270,7 +257,7 @@ def test_a_prompt_file_gets_one_generated_continuation_per_line(workdir):
 # --- tabular: the reference implementation of predict_path ----------------------------------------------------------
 def test_a_new_table_uses_the_restored_encoding_and_a_missing_feature_column_is_named(tmp_path):
     from datamodules import TabularDataModule
-    from tests.datamodules.test_tabular import make_frame, write
+    from tests.data_files import make_frame, write
 
     train = str(write(make_frame(), tmp_path / "train.csv"))
     fitted = TabularDataModule(train, target="label", seed=2)

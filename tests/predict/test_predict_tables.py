@@ -9,29 +9,24 @@ import pandas as pd
 import pytest
 
 from recipes.cli import main
-from tests.conftest import CONFIGS, REPO, runs_of
+from tests.conftest import CONFIGS, REPO, runs_of, working_directory
 
 TABULAR = CONFIGS / "tabular_mlp.yaml"
 REGRESSION = CONFIGS / "regression_mlp.yaml"
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
+def fitted(clean_workdir):
     """2-epoch fits of the tabular and regression recipes in one directory (no MLflow model: not needed here)."""
-    directory = tmp_path_factory.mktemp("fitted")
-    (directory / "data").symlink_to(REPO / "data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(directory)
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with clean_workdir("fitted") as directory:
+        (directory / "data").symlink_to(REPO / "data")
         for recipe in (TABULAR, REGRESSION):
             main(["fit", "-c", str(recipe), "--trainer.max_epochs", "2", "--mlflow_model", "false"])
     return directory
 
 
 def predict(directory: Path, recipe: Path, out: str, *extra: str) -> pd.DataFrame:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(directory)
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with working_directory(directory):
         main(["predict", "-c", str(recipe), "--ckpt_path", "best", "--predictions_path", out, *extra])
     return pd.read_csv(directory / out)
 

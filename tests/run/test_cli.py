@@ -20,18 +20,10 @@ FRAGMENTS = sorted(p for p in (CONFIGS / "trainer").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
+def fitted(clean_workdir):
     """One full `recipes fit -c configs/spiral_mlp.yaml` in its own directory, shared by the tests below."""
-    directory = tmp_path_factory.mktemp("spiral_fit")
-    old = Path.cwd()
-    saved_uri = os.environ.pop("MLFLOW_TRACKING_URI", None)
-    os.chdir(directory)
-    try:
+    with clean_workdir("spiral_fit") as directory:
         main(["fit", "-c", str(SPIRAL)])
-    finally:
-        os.chdir(old)
-        if saved_uri is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = saved_uri
     return directory
 
 
@@ -282,6 +274,7 @@ def test_validate_best_before_any_fit_is_a_clear_error(workdir, capsys):
     assert "no best.ckpt for experiment 'spiral_mlp'" in capsys.readouterr().err
 
 
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_tracking_uri_is_read_at_run_time(workdir, monkeypatch):
     other = workdir / "elsewhere"
     other.mkdir()

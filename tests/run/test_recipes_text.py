@@ -49,16 +49,6 @@ def model_args(recipe: Path) -> dict:
     return yaml.safe_load(recipe.read_text())["model"]["init_args"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: these models are small, and on a 2-core machine that is also running other work,
-    two threads wait on each other (several times slower); alone on 2 cores, one thread costs little."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def recipe_dir(workdir: Path) -> Path:
     """The test's working directory with ``data`` linked to the repository's: recipes name ``data/...``."""

@@ -15,20 +15,9 @@ from optuna.trial import TrialState
 from recipes.cli import main
 from recipes.compare.command import main as compare_main
 from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
+from tests.sweep_runs import SHORT, SWEEP, study_of, sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-SWEEP = CONFIGS / "sweeps" / "spiral_mlp.yaml"
-SHORT = ["--trainer.max_epochs", "3", "--data.init_args.n_samples", "600"]
-
-
-def sweep(*extra: str, sweep_file=SWEEP) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main(["sweep", "-c", str(SPIRAL), "-c", str(sweep_file), *SHORT, *extra])
-    return exc.value.code
-
-
-def study_of(workdir, name="spiral_mlp-sweep") -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'optuna.db'}")
 
 
 def best_of(client, run_id: str, metric: str = "val/acc") -> float:
@@ -182,7 +171,7 @@ def test_ctrl_c_ends_the_trial_and_the_sweep_and_the_same_command_continues(work
 
 @pytest.mark.slow
 def test_under_ddp_rank_0_samples_every_process_trains_the_same_values_in_one_run(workdir):
-    from tests.end_to_end.test_ddp import recipes_env
+    from tests.conftest import recipes_env
 
     command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP),
                "-c", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "2",

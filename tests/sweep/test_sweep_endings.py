@@ -3,7 +3,6 @@ are killed (kill -9: the next command on the host closes it), and SIGTERM ends a
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,16 +12,15 @@ import pytest
 from optuna.trial import TrialState
 
 from recipes.tracking.abandoned_runs import close_abandoned_runs
-from tests.conftest import REPO, SPIRAL, runs_of
-from tests.sweep.test_sweep import SWEEP, study_of, sweep
+from tests.conftest import SPIRAL, recipes_env, runs_of
+from tests.sweep_runs import SWEEP, study_of, sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def start_sweep(workdir, *extra: str) -> subprocess.Popen:
     """A sweep worker in its own process, whose first trial trains for long (400 epochs)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = {**recipes_env(), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), "--trainer.max_epochs",
                "400", "--data.init_args.n_samples", "600", "--torch_threads", "1", *extra]
     return subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -22,8 +22,8 @@ from recipes.cli import main
 from recipes.compare.report import notes
 from recipes.compare.rows import build_table
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
-from tests.conftest import REPO, SPIRAL, mlflow_client, runs_of
-from tests.checkpoints.test_resume import TINY, fit, new_runs, run_dir, shared_store, steps, store  # noqa: F401 - fixtures
+from tests.conftest import SPIRAL, mlflow_client, recipes_env, runs_of
+from tests.resume_runs import TINY, fit, new_runs, run_dir, steps
 
 # --- part 3: a resume from an older checkpoint is a branch --------------------------------------------------------
 
@@ -152,8 +152,7 @@ class KillSelfInSecondEpoch(Callback):
 
 
 def recipes(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = recipes_env()
     return subprocess.run(
         [sys.executable, "-m", "recipes", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
     )
@@ -164,7 +163,7 @@ def test_a_finished_run_resumed_then_killed_9_is_not_finished_after_recipes_sync
     tiny = [*TINY, "--mlflow_model", "false"]
     assert recipes(workdir, "fit", "-c", str(SPIRAL), *tiny, "--trainer.max_epochs", "1").returncode == 0
     killed = recipes(workdir, "fit", "-c", str(SPIRAL), *tiny, "--trainer.max_epochs", "3", "--ckpt_path", "last",
-                     "--trainer.callbacks+=tests.test_record_branches.KillSelfInSecondEpoch")  # fmt: skip
+                     "--trainer.callbacks+=tests.tracking.test_record_branches.KillSelfInSecondEpoch")  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     synced = recipes(workdir, "sync")
     assert synced.returncode == 0 and "status KILLED" in synced.stdout, synced.stdout + synced.stderr[-2000:]
@@ -186,7 +185,7 @@ class DeleteStoreAfterFirstEpoch(Callback):
 @pytest.mark.slow
 def test_a_run_recreated_by_sync_keeps_its_artifacts_checkpoints_and_resume(workdir):
     first = recipes(workdir, "fit", "-c", str(SPIRAL), *TINY, "--trainer.max_epochs", "2",
-                    "--trainer.callbacks+=tests.test_record_branches.DeleteStoreAfterFirstEpoch")  # fmt: skip
+                    "--trainer.callbacks+=tests.tracking.test_record_branches.DeleteStoreAfterFirstEpoch")  # fmt: skip
     assert first.returncode == 0, first.stderr[-2000:]
     (journal,) = (workdir / "checkpoints" / "spiral_mlp").glob(f"*/{JOURNAL_NAME}")
     folder, old_id = journal.parent, journal.parent.name

@@ -4,7 +4,6 @@ record is journaled next to its checkpoints, and `recipes sync` (or a resume) wr
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -15,7 +14,7 @@ from lightning.pytorch.callbacks import Callback
 
 from recipes.cli import main
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
-from tests.conftest import REPO, SPIRAL
+from tests.conftest import SPIRAL, recipes_env
 
 
 class DeleteStoreAfterFirstEpoch(Callback):
@@ -33,7 +32,7 @@ def test_a_store_deleted_mid_run_loses_nothing_after_recipes_sync(workdir, capsy
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3", "--mlflow_model", "false",
-              "--trainer.callbacks+=tests.test_store_failures.DeleteStoreAfterFirstEpoch"])  # fmt: skip
+              "--trainer.callbacks+=tests.tracking.test_store_failures.DeleteStoreAfterFirstEpoch"])  # fmt: skip
     store_warnings = [w for w in caught if "the tracking store stopped accepting writes" in str(w.message)]
     assert len(store_warnings) == 1  # one warning, not a traceback per write
     out = capsys.readouterr()
@@ -65,8 +64,7 @@ print(json.dumps({
 
 
 def run_in_new_process(workdir, args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = recipes_env()
     return subprocess.run([sys.executable, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -128,7 +126,7 @@ def test_a_store_that_turns_read_only_then_works_again_gets_the_same_run_complet
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3", "--mlflow_model", "false",
-                  "--trainer.callbacks+=tests.test_store_failures.StoreTurnsReadOnlyAfterFirstEpoch"])  # fmt: skip
+                  "--trainer.callbacks+=tests.tracking.test_store_failures.StoreTurnsReadOnlyAfterFirstEpoch"])  # fmt: skip
     finally:
         make_writable_again()  # the user fixed the file's permissions
     assert len([w for w in caught if "stopped accepting writes" in str(w.message)]) == 1

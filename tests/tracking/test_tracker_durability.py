@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from recipes.cli import main
-from tests.conftest import REPO, SPIRAL, mlflow_client, runs_of
+from tests.conftest import REPO, SPIRAL, mlflow_client, recipes_env, runs_of
 
 SIX_EPOCHS = ["--trainer.max_epochs", "6", "--mlflow_model", "false"]
 
@@ -45,12 +45,9 @@ def history(directory: Path, run_id: str, key: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict[str, list[int]]:
+def uninterrupted(clean_workdir) -> dict[str, list[int]]:
     """The steps of val/acc and train/loss in a 6-epoch spiral run that nothing interrupts."""
-    directory = tmp_path_factory.mktemp("uninterrupted")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(directory)
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with clean_workdir("uninterrupted") as directory:
         main(["fit", "-c", str(SPIRAL), *SIX_EPOCHS])
     run = runs_of(directory, "spiral_mlp")[0]
     return {key: history(directory, run.info.run_id, key) for key in ("val/acc", "train/loss")}
@@ -111,8 +108,7 @@ def test_kill_9_at_any_moment_after_a_checkpoint_then_resume_logs_every_step_onc
     import signal
     import time
 
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = recipes_env()
     fit = subprocess.Popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *SIX_EPOCHS],
         cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -316,6 +316,7 @@ def test_synchronous_logging_can_be_chosen(workdir: Path) -> None:
 
 
 # --- tracking server check ---------------------------------------------------------------------------------------
+@pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
 def test_local_stores_are_not_probed(workdir: Path) -> None:
     check_tracking_server(f"sqlite:///{workdir}/mlflow.db")
     check_tracking_server(str(workdir / "mlruns"))
