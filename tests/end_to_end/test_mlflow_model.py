@@ -85,7 +85,9 @@ def test_mlflow_models_serve_answers_with_the_same_predictions(registered):
     directory, raw = registered
     port = free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{directory / 'mlflow.db'}",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           # MLflow starts `uvicorn` by name: the interpreter's own scripts first, whether the venv is activated or not
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/churn/1", "--env-manager", "local",
          "-h", "127.0.0.1", "-p", str(port)],
