@@ -53,6 +53,22 @@ HEAVY_MODULES = frozenset({
     "tests/end_to_end/test_concurrent_runs.py",
 })
 
+# the units that take longest (``--durations=0`` of a full run, 2 workers: minutes each), handed out first
+LONGEST_FIRST = (
+    "heavy",
+    "tests/run/test_recipes_text.py",
+    "tests/run/test_cli.py",
+    "tests/run/test_recipes.py",
+    "tests/tracking/test_store_first_start.py",
+    "tests/checkpoints/test_exact_resume.py",
+    "tests/tracking/test_record_branches.py",
+    "tests/tracking/test_tracker_durability.py",
+    "tests/datamodules/test_digits.py",
+    "tests/checkpoints/test_resume.py",
+    "tests/sweep/test_sweep.py",
+    "tests/run/test_torch_threads.py",
+)
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 - xdist's Scheduling
@@ -67,6 +83,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 - x
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return "heavy" if module in HEAVY_MODULES else module
+
+        def _assign_work_unit(self, node) -> None:  # noqa: ANN001
+            # the longest units first, so that the other worker fills in beside them and no long one is left last
+            for scope in reversed(LONGEST_FIRST):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return ModulesWithHeavyTogether(config, log)
 
