@@ -32,6 +32,13 @@ import pytest
 # up in the local cache only (read when huggingface_hub is imported, so set before any test module imports it)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# Every recipe sets torch_threads: 2, and the suite runs 2 xdist workers (plus the processes of DDP and signal
+# tests) on 2 cores: more busy threads than cores. torch's OpenMP threads (libgomp) spin while they wait for each
+# other, and a spinning thread holds a core the other worker needs: measured here, a 2-thread transformer step loop
+# took 32-36 s beside a busy worker with the default policy and 8.5 s with PASSIVE (threads sleep while they wait).
+# The wait policy changes no result (the work is split the same way). libgomp reads it when torch is first imported,
+# so it is set here, before any test module imports torch; the subprocesses the tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
