@@ -144,30 +144,3 @@ def test_max_shift_augments_train_batches_only_and_follows_the_seed(flatten):
 def test_max_shift_out_of_range_is_an_error():
     with pytest.raises(ValueError, match=r"max_shift must be in \[0, 7\], got 8"):
         DigitsDataModule(max_shift=8)
-
-
-@pytest.mark.slow
-def test_digits_recipe_reaches_the_svc_on_its_split(workdir):
-    """configs/digits_convnet.yaml, fit and tested on its best checkpoint, is at least as accurate as scikit-learn's
-    SVC fitted on the same train split (0.9963 on the 269 test images: one error)."""
-    from sklearn.svm import SVC
-
-    from recipes.cli import main
-    from tests.conftest import CONFIGS, runs_of
-
-    dm = DigitsDataModule(val_fraction=0.15, test_fraction=0.15, seed=0)
-    dm.setup("fit")
-    (x_train, y_train), (x_test, y_test) = (dm.datasets[s].tensors for s in ("train", "test"))
-    svc = SVC().fit(x_train.flatten(1).numpy(), y_train.numpy())
-    svc_acc = float((svc.predict(x_test.flatten(1).numpy()) == y_test.numpy()).mean())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # the thread count the README's table is measured with
-    try:
-        config = str(CONFIGS / "digits_convnet.yaml")
-        main(["fit", "-c", config])
-        main(["test", "-c", config, "--ckpt_path", "best"])
-    finally:
-        torch.set_num_threads(threads)
-    test_acc = runs_of(workdir, "digits_convnet")[-1].data.metrics["test/acc"]
-    assert svc_acc == pytest.approx(268 / 269)
-    assert test_acc >= svc_acc
