@@ -30,14 +30,22 @@ MODEL_TAG = "loopwise.model_uri"
 
 def checkpoint_to_log(trainer: pl.Trainer) -> str | None:
     """The best checkpoint of the fit (a monitored ``ModelCheckpoint``), else the newest one written."""
+    return checkpoint_and_best(trainer)[0]
+
+
+def checkpoint_and_best(trainer: pl.Trainer) -> tuple[str | None, tuple[str, float] | None]:
+    """``checkpoint_to_log`` and, when it is a monitored best, (the monitored metric, its best value): the metrics
+    of the step that reached it are the ones linked to the logged model."""
     callbacks = [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)]
     for callback in callbacks:
         if callback.monitor and callback.best_model_path and Path(callback.best_model_path).exists():
-            return callback.best_model_path
+            score = callback.best_model_score
+            best = (callback.monitor, float(score)) if score is not None else None
+            return callback.best_model_path, best
     for callback in callbacks:
         if callback.last_model_path and Path(callback.last_model_path).exists():
-            return callback.last_model_path
-    return None
+            return callback.last_model_path, None
+    return None, None
 
 
 class MlflowModel(Callback):
@@ -56,7 +64,7 @@ class MlflowModel(Callback):
         if not trainer.is_global_zero or trainer.interrupted:
             return
         run = tracked_run(trainer)
-        checkpoint = checkpoint_to_log(trainer)
+        checkpoint, best = checkpoint_and_best(trainer)
         if run is None or checkpoint is None:
             return
         datamodule = trainer.datamodule
@@ -73,6 +81,7 @@ class MlflowModel(Callback):
             },
             input_example=example,
             registered_model_name=self.register_as,
+            best=best,
         )
         self.model_uri, self.version = info
         run.set_tag(MODEL_TAG, self.model_uri)

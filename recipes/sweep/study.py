@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from recipes.sweep.sampler import TrialSeededSampler
 from recipes.sweep.space import SweepFile
 from recipes.sweep.workers import abandoned_trials
+from recipes.tracking.experiment_kind import create_experiment
 
 PARENT_ATTR = "loopwise.mlflow_parent_run_id"
 EXPERIMENT_ATTR = "loopwise.experiment"
@@ -125,7 +126,7 @@ def create_parent_run(study: optuna.Study, tracking_uri: str, experiment: str, s
     """Create the sweep's MLflow parent run (params, the search space) and keep its id in the study."""
     client = MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found is not None else client.create_experiment(experiment)
+    experiment_id = found.experiment_id if found is not None else create_experiment(client, experiment)
     run = client.create_run(experiment_id, run_name=f"sweep {study.study_name}", tags={
         "loopwise.stage": "sweep", "loopwise.sweep.study": study.study_name, "loopwise.sweep.role": "parent",
     })

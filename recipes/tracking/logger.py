@@ -25,6 +25,7 @@ from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, shor
 )
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from recipes.tracking.uris import default_tracking_uri
+from recipes.tracking.experiment_kind import mark_experiment_kind
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
 ASYNC_BUFFER_ENV = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
@@ -105,6 +106,7 @@ class RecipeLogger(MLFlowLogger):
         self.held_metrics = HeldMetrics(ASYNC_BUFFER_SECONDS)  # metrics not written yet (recipes/tracking/held_metrics.py)
         self._queued_since_flush = False  # a metric batch went to MLflow's asynchronous queue since the last flush
         self.synchronous = synchronous  # every call written before it returns: nothing held back
+        self._kind_unchecked = True  # the experiment's kind (recipes/tracking/experiment_kind.py), checked once
         watch_store_failures(self)
 
     @property
@@ -128,6 +130,9 @@ class RecipeLogger(MLFlowLogger):
             name = f"{self.experiment_name}-{str(self.run_id)[:8]}"
             self.tags = {**(self.tags or {}), "mlflow.runName": name}  # the journal opens with them: named once
             self.add_tags({"mlflow.runName": name})
+        if self._kind_unchecked and mlflow_logger_run_created(self) and rank_zero_only.rank == 0:
+            self._kind_unchecked = False  # once per logger: a model-development experiment in MLflow's UI
+            mark_experiment_kind(client, str(self.experiment_id))
         return client
 
     def mark_killed(self, reason: str) -> None:

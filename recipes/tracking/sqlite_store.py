@@ -25,6 +25,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from recipes.tracking.experiment_kind import create_experiment
+
 SQLITE_PREFIX = "sqlite:///"
 
 
@@ -75,7 +77,7 @@ def prepare_sqlite_store(uri: str, experiment: str | None) -> None:
         client = MlflowClient(uri)  # opens the store: upgrades the tables of an older MLflow
         if experiment:
             if client.get_experiment_by_name(experiment) is None:
-                client.create_experiment(experiment)
+                create_experiment(client, experiment)  # a model-development experiment in MLflow's UI
         else:
             client.search_experiments(max_results=1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recipes.tracking.experiment_kind import create_experiment
 from recipes.tracking.journal import JOURNAL_NAME, read_journal, replay
 from recipes.tracking.recreated_runs import REPLAYED_FROM_TAG, restore_recreated_run
 from recipes.tracking.uris import default_tracking_uri
@@ -33,7 +34,7 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
             target = run_id
         except MlflowException:
             found = client.get_experiment_by_name(experiment)
-            experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+            experiment_id = found.experiment_id if found else create_experiment(client, experiment)
             earlier = client.search_runs([experiment_id], f"tags.`{REPLAYED_FROM_TAG}` = '{run_id}'")
             target = (
                 earlier[0].info.run_id

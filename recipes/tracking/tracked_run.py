@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -103,45 +104,51 @@ class TrackedRun:
         model_config: dict[str, Any],
         input_example: tuple[Any, Any] | None,
         registered_model_name: str | None = None,
+        name: str = "model",
+        best: tuple[str, float] | None = None,
     ) -> tuple[str, str | None]:
-        """Save an MLflow pyfunc model "from code" (``code_path``) as the run's artifact folder ``model/``, with a
-        signature inferred from ``input_example`` (inputs, outputs), and register it as a new version of
-        ``registered_model_name`` when given. Returns the model's URI (``runs:/<run id>/model``) and the registered
-        version (``None`` when not registered). Only this run's client is used: MLflow's global tracking URI (and
-        the ``MLFLOW_TRACKING_URI`` it exports) stay as they are."""
-        import tempfile
-
+        """Log an MLflow pyfunc model "from code" (``code_path``) as an MLflow 3 logged model ``name`` of this run
+        (``recipes.tracking.logged_model``), with a signature inferred from ``input_example`` (inputs, outputs), and
+        register it as a new version of ``registered_model_name`` when given. ``best`` (monitored metric, its best
+        value) picks the step whose metrics are linked to the model (the best checkpoint's); without it, the run's
+        last logged step. Returns the model's URI (``models:/<model id>``) and the registered version (``None`` when
+        not registered). Only this run's client is used: MLflow's global tracking URI (and the
+        ``MLFLOW_TRACKING_URI`` it exports) stay as they are."""
         import mlflow
-        from mlflow.exceptions import MlflowException
         from mlflow.models import infer_signature
+
+        from recipes.tracking.logged_model import (
+            MODEL_URI_PREFIX, best_step, last_step, log_logged_model, register_logged_model,
+        )
 
         client, run_id = self.logger.experiment, self.logger.run_id
         signature, example = None, None
         if input_example is not None:
             example = input_example[0]
             signature = infer_signature(input_example[0], input_example[1])
-        with tempfile.TemporaryDirectory() as folder:
+        self.flush_metrics()  # the metrics to link are in the store
+        step = best_step(client, run_id, *best) if best is not None else None
+        step = last_step(client, run_id) if step is None else step
+
+        def save(path: str, mlflow_model: Any) -> None:
             mlflow.pyfunc.save_model(
-                path=f"{folder}/model",
+                path=path,
                 python_model=code_path,
                 artifacts=artifacts,
                 model_config=model_config,
                 signature=signature,
                 input_example=example,
+                mlflow_model=mlflow_model,
                 # named here rather than inferred: MLflow's inference runs the model in a subprocess (seconds)
                 pip_requirements=pip_requirements(),
             )
-            client.log_artifacts(run_id, f"{folder}/model", "model")
+
+        checkpoint = {"loopwise.checkpoint": Path(artifacts["checkpoint"]).name} if "checkpoint" in artifacts else {}
+        model_id = log_logged_model(client, run_id, name, step, checkpoint, save)
+        uri = f"{MODEL_URI_PREFIX}{model_id}"
         if registered_model_name is None:
-            return f"runs:/{run_id}/model", None
-        try:
-            client.create_registered_model(registered_model_name)
-        except MlflowException as err:
-            if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-        source = f"{client.get_run(run_id).info.artifact_uri}/model"
-        version = client.create_model_version(registered_model_name, source=source, run_id=run_id)
-        return f"runs:/{run_id}/model", str(version.version)
+            return uri, None
+        return uri, register_logged_model(client, registered_model_name, model_id, run_id)
 
     def logged_params(self) -> dict[str, str]:
         """The params the run holds now (as MLflow stores them: strings)."""
