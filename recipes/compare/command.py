@@ -36,6 +36,7 @@ from recipes.compare.runs import STAGE_TAG, STAGES, check_sqlite, find_experimen
 from recipes.compare.sort import KEYS, parse_sort, sort_table
 from recipes.compare.table import format_csv, format_json, format_table, terminal_width
 from recipes.tracking.logger import default_tracking_uri
+from recipes.tracking.database_urls import DatabaseUnavailable, check_database, masked_url, with_installed_driver
 from recipes.tracking.failures import fast_http_failures
 
 
@@ -102,7 +103,7 @@ def collect_tables(client: Any, args: argparse.Namespace, run_filter: RunFilter)
         stage = "" if args.stage == "all" else f" with stage {args.stage!r}"
         matching = f" matching --filter {run_filter.text!r}" if run_filter.text else ""
         hint = " (try --stage all)" if args.stage != "all" and not matching else ""
-        raise CompareError(f"no runs in {where}{stage}{matching} at {client.tracking_uri}{hint}")
+        raise CompareError(f"no runs in {where}{stage}{matching} at {masked_url(client.tracking_uri)}{hint}")
     for line in skipped:
         print(f"compare: {line} (left out)", file=sys.stderr)
     for line in dict.fromkeys(unsorted):
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.max_runs < 1:
         return _error("--max-runs must be at least 1")
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = with_installed_driver(args.tracking_uri or default_tracking_uri())  # postgresql://: the driver installed
     try:
         from mlflow.exceptions import MlflowException  # noqa: PLC0415
         from mlflow.tracking import MlflowClient  # noqa: PLC0415
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             parse_sort(args.sort)
         run_filter = parse_filter(args.filter)
         check_sqlite(uri)
+        check_database(uri, "tracking store")  # PostgreSQL/MySQL: driver, answer, login (one line, password masked)
         with fast_http_failures(uri):
             client = MlflowClient(tracking_uri=uri)
             if args.sweep:
@@ -153,13 +155,13 @@ def main(argv: list[str] | None = None) -> int:
 
                 return show_sweep(client, args)
             tables = collect_tables(client, args, run_filter)
-    except CompareError as err:
+    except (CompareError, DatabaseUnavailable) as err:
         return _error(str(err))
     except (MlflowException, RequestException, ConnectionError, OSError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if len(first) > 300:
             first = first[:297] + "..."
-        return _error(f"cannot read the tracking store at {uri}: {first}")
+        return _error(f"cannot read the tracking store at {masked_url(uri)}: {first}")
 
     write_output(tables, args)
     if args.plot:

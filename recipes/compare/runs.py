@@ -11,6 +11,7 @@ from typing import Any
 
 from recipes.compare.errors import CompareError
 from recipes.compare.run_filter import RunFilter
+from recipes.tracking.database_urls import masked_url
 from recipes.tracking.sqlite_store import sqlite_database_path
 
 STAGE_TAG = "loopwise.stage"
@@ -33,7 +34,8 @@ def find_experiments(client: Any, name: str | None) -> list[Any]:
         if exp is None:
             known = sorted(e.name for e in client.search_experiments())
             raise CompareError(
-                f"experiment {name!r} not found at {client.tracking_uri}; known: {', '.join(known) or 'none'}"
+                f"experiment {name!r} not found at {masked_url(client.tracking_uri)}; known: "
+                f"{', '.join(known) or 'none'}"
             )
         return [exp]
     return sorted(client.search_experiments(), key=lambda e: (e.creation_time or 0, e.name))

@@ -2,6 +2,7 @@
 
     recipes sweep -c configs/spiral_mlp.yaml -c configs/sweeps/spiral_mlp.yaml --n_trials 20
     recipes sweep ... --study_name spiral-lr --storage postgresql://user:pw@db/optuna   # one study, many machines
+    # (a PostgreSQL or MySQL storage needs its driver: pip install 'loopwise[postgres]' or 'loopwise[mysql]')
 
 The ``-c`` file with a ``sweep:`` section is the search space (``recipes.sweep.space``); every other argument goes
 to each trial's ``recipes fit`` unchanged, followed by the trial's sampled values. The objective is the best value
@@ -24,6 +25,7 @@ import sys
 
 from jsonargparse import Namespace
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from sqlalchemy.exc import SQLAlchemyError
 
 PROG = "recipes sweep"
 
@@ -39,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n_trials", type=int, default=20, help="trials of the study in all (default: 20)")
     parser.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
     parser.add_argument("--study_name", default=None, help="default: <experiment>-sweep")
-    parser.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///./optuna.db)")
+    parser.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///./optuna.db; "
+                        "postgresql://user:pw@host/db with loopwise[postgres], mysql://... with loopwise[mysql])")
     parser.add_argument("--metric", default=None, help="objective (default: the sweep file's, else the task's monitor)")
     parser.add_argument("--direction", choices=("minimize", "maximize"), default=None)
     parser.add_argument("--pruner", choices=("median", "percentile", "hyperband", "none"), default=None)
@@ -96,6 +99,20 @@ def check_tracked(cfg: Namespace) -> None:
         raise SweepError("a sweep tracks its trials in MLflow: keep the recipe's trainer.logger (RecipeLogger) on")
 
 
+def usable_storage(storage: str | None) -> str | None:
+    """``--storage`` as Optuna will open it: a PostgreSQL or MySQL URL naming the driver installed here, checked to
+    answer now (``recipes.tracking.database_urls``); a missing driver, a database that does not answer or a refused
+    login is a ``SweepError`` (its password masked), before any trial."""
+    from recipes.tracking.database_urls import DatabaseUnavailable, usable_database_url  # noqa: PLC0415
+
+    if storage is None:
+        return None
+    try:
+        return usable_database_url(storage, "sweep storage (--storage)")
+    except DatabaseUnavailable as err:
+        raise SweepError(str(err)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``recipes sweep ...`` (``argv``: the arguments after ``sweep``); the exit code."""
     from recipes.sweep.processes import follow, is_follower  # noqa: PLC0415
@@ -112,10 +129,18 @@ def main(argv: list[str] | None = None) -> int:
         check_tracked(cfg)
         if is_follower():  # a DDP process started for rank 0's trials: it runs them, never asks the study
             return follow(fit_args)
+        options.storage = usable_storage(options.storage)
         return run_sweep(options, fit_args, sweep, cfg)
     except (SweepError, SweepSpaceError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
+    except SQLAlchemyError as err:  # the storage failed after its check (the database went away, a lost connection)
+        from recipes.tracking.database_urls import failure_reason, masked_url  # noqa: PLC0415
+
+        storage = masked_url(str(options.storage))
+        print(f"{PROG}: error: the sweep storage {storage} failed ({failure_reason(err)}); run the command again "
+              "once the database answers: the study continues", file=sys.stderr)
+        return 1
     except SIGTERMException as stop:
         code = stop.code if isinstance(stop.code, int) and stop.code else 130
         print(f"{PROG}: stopped (the current trial's run is KILLED; run the command again to continue the study)",
@@ -123,4 +148,4 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
-__all__ = ["SweepError", "build_parser", "main", "parsed_fit_config", "split_arguments"]
+__all__ = ["SweepError", "build_parser", "main", "parsed_fit_config", "split_arguments", "usable_storage"]

@@ -20,6 +20,7 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 
 from recipes.tracking.abandoned_runs import close_abandoned_runs, process_tags
+from recipes.tracking.database_urls import with_installed_driver
 from recipes.tracking.registered_model_name import check_registered_model_name
 from recipes.tracking.sqlite_store import prepare_sqlite_store
 from recipes.tracking.logger import RecipeLogger, default_tracking_uri
@@ -66,8 +67,9 @@ def logger_init_arg(cfg: Namespace, name: str) -> str | None:
 
 
 def tracking_uri(cfg: Namespace) -> str:
-    """The tracking URI the logger will use: its ``tracking_uri``, else the default (read now)."""
-    return logger_init_arg(cfg, "tracking_uri") or default_tracking_uri()
+    """The tracking URI the logger will use: its ``tracking_uri``, else the default (read now); a database URL names
+    the driver installed here (``database_urls.with_installed_driver``)."""
+    return with_installed_driver(logger_init_arg(cfg, "tracking_uri") or default_tracking_uri())
 
 
 def experiment_name(cfg: Namespace) -> str:
@@ -89,6 +91,9 @@ def configure_tracking(cfg: Namespace) -> ConfigChanges:
         changes["trainer.logger.init_args.experiment_name"] = name
     check_experiment_name(str(name), cfg.get("checkpoints_dir") or ".")
     check_registered_model_name(cfg.get("register_model"))
+    given = logger_init_arg(cfg, "tracking_uri")
+    if given and with_installed_driver(given) != given:  # e.g. mysql:// -> mysql+pymysql:// (database_urls.py)
+        changes["trainer.logger.init_args.tracking_uri"] = with_installed_driver(given)
     check_tracking_server(tracking_uri(cfg))
     return changes
 

@@ -1,35 +1,47 @@
-"""Where a recipe's runs are tracked: the tracking URI (``MLFLOW_TRACKING_URI`` or ``./mlflow.db``) and the check
-that a tracking server answers before anything runs."""
+"""Where a recipe's runs are tracked: the tracking URI (``MLFLOW_TRACKING_URI`` or ``./mlflow.db``; a PostgreSQL or
+MySQL URL with the driver that is installed, ``recipes.tracking.database_urls``) and the check that a tracking server
+or database answers before anything runs."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from recipes.tracking.database_urls import DatabaseUnavailable, check_database, is_database_url, with_installed_driver
 from recipes.tracking.failures import fast_http_failures, is_server_uri, short_reason
 
 SERVER_CHECK_TIMEOUT_S = 5
 
 
 class TrackingServerUnreachable(ConnectionError):
-    """The MLflow tracking server named by the tracking URI does not answer."""
+    """The MLflow tracking server or database named by the tracking URI does not answer (or has no driver here)."""
 
 
 def default_tracking_uri() -> str:
-    """``MLFLOW_TRACKING_URI`` if set (read now, not at import), else ``sqlite:///<cwd>/mlflow.db``."""
+    """``MLFLOW_TRACKING_URI`` if set (read now, not at import; ``postgresql://``/``mysql://`` naming the driver that
+    is installed, ``with_installed_driver``), else ``sqlite:///<cwd>/mlflow.db``."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
-        return uri
+        return with_installed_driver(uri)
     return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
 
 
 def check_tracking_server(uri: str) -> None:
-    """For a server URI, ask the server for one experiment (no retries, a few seconds at most).
+    """For a server URI, ask the server for one experiment (no retries, a few seconds at most); for a PostgreSQL or
+    MySQL URL, connect once (``database_urls.check_database``: the driver installed, the database answers, the login
+    accepted).
 
-    Raises ``TrackingServerUnreachable`` naming the URI and the reason when it does not answer, so a recipe stops
-    before training instead of failing (or hanging in retries) at its first logging call. Local stores (SQLite,
-    file) are not checked: MLflow creates them.
+    Raises ``TrackingServerUnreachable`` naming the URI (its password masked) and the reason when it does not answer,
+    so a recipe stops before training instead of failing (or hanging in retries) at its first logging call. Local
+    stores (SQLite, file) are not checked: MLflow creates them.
     """
+    if is_database_url(uri):
+        try:
+            check_database(uri, "tracking store")
+        except DatabaseUnavailable as err:
+            raise TrackingServerUnreachable(f"{err} (MLFLOW_TRACKING_URI / trainer.logger.init_args.tracking_uri; "
+                                            "unset it to track in ./mlflow.db)") from None
+        return
     if not is_server_uri(uri):
         return
     from mlflow.exceptions import MlflowException  # noqa: PLC0415

@@ -1,0 +1,98 @@
+"""PostgreSQL and MySQL URLs: the installed driver named where SQLAlchemy's default is missing, the password masked,
+one line for a missing driver or a database that does not answer (no server needed: tests/end_to_end/test_postgres.py
+runs them against a real PostgreSQL)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from recipes.tracking import database_urls
+from recipes.tracking.database_urls import (
+    DatabaseUnavailable,
+    check_database,
+    is_database_url,
+    masked_url,
+    usable_database_url,
+    with_installed_driver,
+)
+from tests.postgres_server import free_port
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgresql://bob:s3cret@db.example:5432/optuna", "postgresql://bob:***@db.example:5432/optuna"),
+    ("postgresql+psycopg://bob:p%40ss@db/mlflow", "postgresql+psycopg://bob:***@db/mlflow"),
+    ("mysql://bob@db/mlflow", "mysql://bob@db/mlflow"),
+    ("sqlite:////tmp/x/optuna.db", "sqlite:////tmp/x/optuna.db"),
+    ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+])
+def test_the_password_is_masked_and_nothing_else_changes(url, shown):
+    assert masked_url(url) == shown
+
+
+def test_only_postgresql_and_mysql_urls_are_database_urls():
+    assert is_database_url("postgresql://u@h/d") and is_database_url("postgresql+psycopg2://u@h/d")
+    assert is_database_url("postgres://u@h/d") and is_database_url("mysql+pymysql://u@h/d")
+    assert not any(map(is_database_url, ["sqlite:///x.db", "http://h:5000", "file:///tmp/mlruns", "databricks"]))
+
+
+def test_a_url_without_driver_names_the_installed_one_where_sqlalchemys_default_is_missing(monkeypatch):
+    # SQLAlchemy 2.0 uses psycopg2 for postgresql:// and mysqlclient for mysql://; loopwise's extras bring psycopg 3
+    # and PyMySQL
+    defaults = {"postgresql": "psycopg2", "mysql": "mysqldb"}
+    monkeypatch.setattr(database_urls, "default_driver", defaults.__getitem__)
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # not installed
+    monkeypatch.setitem(sys.modules, "MySQLdb", None)
+    assert with_installed_driver("postgresql://u:pw@h:5432/db") == "postgresql+psycopg://u:pw@h:5432/db"
+    assert with_installed_driver("postgres://u:pw@h/db") == "postgresql+psycopg://u:pw@h/db"
+    assert with_installed_driver("mysql://u:pw@h/db") == "mysql+pymysql://u:pw@h/db"
+    # a URL that names its driver, SQLite and servers are used as written
+    for url in ("postgresql+psycopg2://u@h/db", "sqlite:///x.db", "http://127.0.0.1:5000"):
+        assert with_installed_driver(url) == url
+
+
+def test_a_url_whose_default_driver_is_installed_is_left_alone():
+    installed = database_urls.default_driver("postgresql")  # psycopg under SQLAlchemy 2.1, with loopwise[postgres]
+    if database_urls.driver_error("postgresql", installed) is not None:
+        pytest.skip(f"SQLAlchemy's default PostgreSQL driver {installed} is not installed")
+    assert with_installed_driver("postgresql://u:pw@h/db") == "postgresql://u:pw@h/db"
+
+
+def test_no_driver_installed_is_one_line_saying_which_extra_to_install(monkeypatch):
+    for module in ("psycopg", "psycopg2", "pg8000"):
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(DatabaseUnavailable) as err:
+        usable_database_url("postgresql://bob:s3cret@127.0.0.1:5432/optuna", "sweep storage")
+    text = str(err.value)
+    assert "\n" not in text and "s3cret" not in text
+    assert text.startswith("the sweep storage postgresql://bob:***@127.0.0.1:5432/optuna needs a database driver")
+    assert "pip install 'loopwise[postgres]'" in text
+
+
+def test_a_driver_the_url_names_that_is_not_installed_is_one_line():
+    with pytest.raises(DatabaseUnavailable, match=r"postgresql\+nosuchdriver://bob:\*\*\*@h/db needs a database "
+                       r"driver that is not installed .*SQLAlchemy knows no driver 'nosuchdriver'"):
+        check_database("postgresql+nosuchdriver://bob:pw@h/db")
+
+
+def test_a_port_where_nothing_listens_is_one_line_within_seconds():
+    pytest.importorskip("psycopg")
+    port = free_port()
+    with pytest.raises(DatabaseUnavailable) as err:
+        check_database(f"postgresql://bob:s3cret@127.0.0.1:{port}/optuna", "tracking store")
+    assert str(err.value) == (
+        f"the tracking store postgresql://bob:***@127.0.0.1:{port}/optuna does not answer (Connection refused): start "
+        "the database server, or fix the host and port in the URL"
+    )
+
+
+def test_mysql_on_a_port_where_nothing_listens_is_one_line():
+    pytest.importorskip("pymysql")
+    port = free_port()
+    url = with_installed_driver(f"mysql://bob:s3cret@127.0.0.1:{port}/optuna")
+    with pytest.raises(DatabaseUnavailable) as err:
+        check_database(url, "sweep storage", shown=f"mysql://bob:s3cret@127.0.0.1:{port}/optuna")
+    text = str(err.value)
+    assert text.startswith(f"the sweep storage mysql://bob:***@127.0.0.1:{port}/optuna does not answer (")
+    assert "Connection refused" in text and "\n" not in text and "s3cret" not in text
