@@ -3,9 +3,12 @@
 ``RecipeLogger`` appends every metric step, param, tag and the final status of a tracked fit to
 ``<checkpoints_dir>/<experiment>/<run id>/tracking-journal.jsonl`` (one JSON object per line) as it sends them to
 MLflow. When the store stops accepting writes (read-only, deleted, locked beyond its timeout, a server gone), training
-goes on with one warning, and the journal still holds everything. ``replay`` writes into the store what it lacks
-(metric steps it does not hold, params, tags, the final status); ``recipes sync`` replays every journal under a
-checkpoints folder, and a resumed fit replays its run's journal before it continues. Replaying twice changes nothing.
+goes on with one warning, and the journal still holds everything. ``replay`` merges the journal into the store and
+never writes over newer state (every entry is timed; see ``replay`` for the rules): metric steps the store lacks,
+params and tags it lacks, a tag or the final status only when the journal's is newer than the store's last change (a
+run resumed and ended in another directory, a trial the sweep pruned after its fit ended keep theirs). ``recipes
+sync`` replays every journal under a checkpoints folder, and a resumed fit replays its run's journal before it
+continues. Replaying twice changes nothing.
 MLflow's asynchronous logging reports each refused write with a traceback; ``tracking_failures.watch_store_failures``
 turns them into the logger's one warning.
 
@@ -25,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipes.tracking.abandoned_runs import ABANDONED_TAG, process_exists
+from recipes.tracking.abandoned_runs import ABANDONED_TAG, HOST_TAG, PID_TAG, process_exists
+from recipes.tracking.held_metrics import INVALID_NAME
 
 JOURNAL_NAME = "tracking-journal.jsonl"
 ATTEMPT_UNENDED = (
@@ -48,9 +52,10 @@ class TrackingJournal:
         self._started = False  # this attempt's "start" entry is written
 
     def record(self, kind: str, **data: Any) -> None:
-        """Append one entry: ``kind`` is "metrics" (``step``, ``time`` in ms, ``values``), "params", "tags",
-        "text" (``name``, ``text``: a text artifact such as ``config.yaml``) or "status". The first entry this
-        process writes is preceded by a "start" entry (``time``, ``host``, ``pid``): one per attempt."""
+        """Append one entry: ``kind`` is "metrics" (``step``, ``values``), "params", "tags", "text" (``name``,
+        ``text``: a text artifact such as ``config.yaml``) or "status". Every entry carries ``time`` (ms since the
+        epoch: now, unless ``data`` gives one), which a replay compares with the store's newest state. The first entry
+        this process writes is preceded by a "start" entry (``time``, ``host``, ``pid``): one per attempt."""
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             cut = ends_mid_line(self.path)
@@ -61,7 +66,8 @@ class TrackingJournal:
                 self._started = True
                 start = {"time": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()}
                 self._handle.write(json.dumps({"kind": "start", **start}) + "\n")
-        self._handle.write(json.dumps({"kind": kind, **data}, default=str) + "\n")
+        entry = {"kind": kind, "time": int(time.time() * 1000), **data}  # every entry is timed (a replay's merge)
+        self._handle.write(json.dumps(entry, default=str) + "\n")
         self._handle.flush()
 
     def sync_to_disk(self) -> None:
@@ -99,9 +105,14 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
+def clock(ms: int) -> str:
+    """A time in ms since the epoch as local ``YYYY-MM-DD HH:MM:SS`` (the report's times)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
 @dataclass
 class ReplaySummary:
-    """What ``replay`` wrote."""
+    """What ``replay`` wrote into a run, and what it left as the store holds it (and why)."""
 
     run_id: str
     metric_values: int = 0
@@ -109,75 +120,181 @@ class ReplaySummary:
     tags: int = 0
     status: str | None = None
     texts: int = 0
+    metric_values_held: int = 0  # the journal's (key, step) values the store already held: never written again
+    params_kept: int = 0  # held by the store with another value (MLflow params never change)
+    tags_kept: int = 0  # held by the store with another value set after the journal's entry
+    status_kept: str | None = None  # the store's status and why the journal's was not written
+    continued_elsewhere: bool = False  # the store holds values logged after this journal's last entry
+
+    def wrote_nothing(self) -> bool:
+        """Whether the replay left the store as it was."""
+        return not (self.metric_values or self.params or self.tags or self.status or self.texts)
 
     def describe(self) -> str:
-        status = f", status {self.status}" if self.status else ""
+        counts = f"{self.metric_values} metric value(s), {self.params} param(s), {self.tags} tag(s)"
         texts = f", {self.texts} text artifact(s)" if self.texts else ""
-        return (
-            f"run {self.run_id}: {self.metric_values} metric value(s), {self.params} param(s), {self.tags} tag(s)"
-            f"{texts}{status}"
-        )
+        status = f", status {self.status}" if self.status else ""
+        if self.wrote_nothing():
+            line = f"run {self.run_id}: nothing written ({counts})"
+        else:
+            line = f"run {self.run_id}: wrote {counts}{texts}{status}"
+        kept = [f"status kept {self.status_kept}"] if self.status_kept else []
+        if self.tags_kept:
+            kept.append(f"{self.tags_kept} tag(s) kept (newer in the store)")
+        if self.params_kept:
+            kept.append(f"{self.params_kept} param(s) kept (the store's value; MLflow params never change)")
+        if self.metric_values_held:
+            kept.append(f"{self.metric_values_held} metric value(s) already held")
+        return line + ("; " + ", ".join(kept) if kept else "")
+
+
+@dataclass
+class JournalRecord:
+    """A journal's entries as a replay merges them: each value with the time (ms) its entry was written (``None``
+    for params and tags of journals written before entries were timed: older than anything in the store)."""
+
+    metrics: dict[tuple[str, int], tuple[float, int]]  # (key, step) -> (value, time): the first value of a step
+    params: dict[str, str]  # the first value of each (the one MLflow keeps)
+    tags: dict[str, tuple[str, int | None]]  # the last value of each (loopwise.checkpoint_step changes)
+    texts: dict[str, str]
+    status: dict[str, Any] | None  # the last "status" entry after the last "start"
+    attempt: dict[str, Any] | None  # the last "start" entry, if the journal records them
+    last_time: int  # the newest time of any entry
+
+    @classmethod
+    def of(cls, entries: list[dict[str, Any]], origin: str | None, run_id: str) -> JournalRecord:
+        """Merge ``entries``; tag values naming ``origin`` (a recreated run's old id) name ``run_id`` instead."""
+        record = cls({}, {}, {}, {}, None, None, 0)
+        for entry in entries:
+            kind, at = entry.get("kind"), entry.get("time")
+            record.last_time = max(record.last_time, int(at or 0))
+            if kind == "start":
+                record.attempt, record.status = entry, None  # only a status written after the last start ends the run
+            elif kind == "text":
+                record.texts[str(entry.get("name"))] = str(entry.get("text", ""))
+            elif kind == "metrics":
+                step = int(entry.get("step") or 0)
+                for key, value in entry.get("values", {}).items():
+                    if isinstance(value, (int, float)):  # as HeldMetrics: no string metrics, MLflow's name rules
+                        record.metrics.setdefault((INVALID_NAME.sub("", key), step), (float(value), int(at or 0)))
+            elif kind == "params":
+                for key, value in entry.get("values", {}).items():
+                    record.params.setdefault(key, str(value))
+            elif kind == "tags":
+                for key, value in entry.get("values", {}).items():
+                    text = str(value).replace(origin, run_id) if origin else str(value)
+                    record.tags[key] = (text, int(at) if at is not None else None)
+            elif kind == "status":
+                record.status = entry
+        return record
+
+
+@dataclass
+class StoreRecord:
+    """What the store holds of a run before a replay, and the newest time it changed by others than this journal:
+    its ``end_time`` (a status set: FINISHED, KILLED by pruning, FAILED; kept by a reopen to RUNNING) and the newest
+    timestamp of a metric value the journal does not hold (a resume elsewhere logged it). ``system/*`` metrics do not
+    count: MLflow's sampler writes them beside the journal, not instead of it."""
+
+    steps: dict[str, set[int]]
+    elsewhere: int  # the newest time of a metric value this journal lacks (0: none)
+    changed_at: int  # max(end_time, elsewhere)
+
+    @classmethod
+    def of(cls, client: Any, run: Any, journal: JournalRecord) -> StoreRecord:
+        steps, elsewhere = {}, 0
+        journal_steps: dict[str, set[int]] = {}
+        for key, step in journal.metrics:
+            journal_steps.setdefault(key, set()).add(step)
+        for key in run.data.metrics:
+            history = client.get_metric_history(run.info.run_id, key)
+            steps[key] = {m.step for m in history}
+            if not key.startswith("system/"):
+                lacked = [m.timestamp for m in history if m.step not in journal_steps.get(key, ())]
+                elsewhere = max([elsewhere, *lacked])
+        return cls(steps, elsewhere, max(int(run.info.end_time or 0), elsewhere))
 
 
 def replay(entries: list[dict[str, Any]], client: Any, run_id: str, origin: str | None = None) -> ReplaySummary:
-    """Write into run ``run_id`` what the journal ``entries`` hold and the store does not. ``origin``: the id the
-    journal's run had when the run was recreated under ``run_id`` (tag values naming it name ``run_id`` instead)."""
+    """Merge the journal ``entries`` into run ``run_id``: never over state the store got later (``StoreRecord``).
+
+    * a metric value at a (key, step) the store holds is never written again;
+    * a param the store lacks is written (a held one never changes, as in MLflow);
+    * a tag the store lacks is written; a held one with another value only when the journal's entry is newer than
+      the store's last change (an entry without a time, from an older journal, never);
+    * the status (the last attempt's, or KILLED for one that never ended and whose process is gone) only when it is
+      newer than the store's last change: a FINISHED, KILLED (pruned) or FAILED set later elsewhere stays, a RUNNING
+      run the journal ended is ended, one continued elsewhere after the journal's end is left running. A KILLED that a
+      later command guessed for this attempt's process (``loopwise.abandoned``) yields to the status it wrote.
+
+    ``origin``: the id the journal's run had when the run was recreated under ``run_id`` (tag values naming it name
+    ``run_id`` instead)."""
     from mlflow.entities import Metric  # noqa: PLC0415
 
     summary = ReplaySummary(run_id)
     run = client.get_run(run_id)
+    journal = JournalRecord.of(entries, origin, run_id)
+    store = StoreRecord.of(client, run, journal)
+    summary.continued_elsewhere = store.elsewhere > journal.last_time
     held_params, held_tags = dict(run.data.params), dict(run.data.tags)
-    steps: dict[str, set[int]] = {}
-    missing: list[Any] = []
-    status: dict[str, Any] | None = None
-    attempt: dict[str, Any] | None = None  # the "start" entry of the last attempt, if the journal records them
-    texts: dict[str, str] = {}
-    tags: dict[str, str] = {}
-    for entry in entries:
-        kind = entry.get("kind")
-        if kind == "start":
-            attempt, status = entry, None  # only a status written after the last start ends the run
-        elif kind == "text":
-            texts[str(entry.get("name"))] = str(entry.get("text", ""))
-        elif kind == "metrics":
-            for key, value in entry.get("values", {}).items():
-                if key not in steps:
-                    steps[key] = {m.step for m in client.get_metric_history(run_id, key)} if key in run.data.metrics else set()
-                step = int(entry.get("step") or 0)
-                if step not in steps[key]:
-                    steps[key].add(step)
-                    missing.append(Metric(key, float(value), int(entry.get("time") or 0), step))
-        elif kind == "params":
-            for key, value in entry.get("values", {}).items():
-                if key not in held_params:
-                    client.log_param(run_id, key, value)
-                    held_params[key] = str(value)
-                    summary.params += 1
-        elif kind == "tags":  # the last value of each tag is the run's (loopwise.checkpoint_step changes)
-            for key, value in entry.get("values", {}).items():
-                tags[key] = str(value).replace(origin, run_id) if origin else str(value)
-        elif kind == "status":
-            status = entry
-    for key, value in tags.items():
-        if held_tags.get(key) != value:
-            client.set_tag(run_id, key, value)
-            held_tags[key] = value
-            summary.tags += 1
+    for key, value in journal.params.items():
+        if key not in held_params:
+            client.log_param(run_id, key, value)
+            summary.params += 1
+        elif held_params[key] != value:
+            summary.params_kept += 1
+    for key, (value, at) in journal.tags.items():
+        if held_tags.get(key) == value:
+            continue
+        if key in held_tags and (at is None or at <= store.changed_at):
+            summary.tags_kept += 1
+            continue
+        client.set_tag(run_id, key, value)
+        summary.tags += 1
+    missing = [Metric(key, value, at, step) for (key, step), (value, at) in journal.metrics.items()
+               if step not in store.steps.get(key, ())]
     for start in range(0, len(missing), 1000):
         client.log_batch(run_id, metrics=missing[start : start + 1000], synchronous=True)
     summary.metric_values = len(missing)
-    summary.texts = replay_texts(texts, client, run_id)
-    if status is None and attempt is not None and not attempt_alive(attempt):
-        status = {"status": "KILLED", "time": max(int(e.get("time") or 0) for e in entries)}
-        start = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(attempt.get("time") or 0) / 1000))
-        reason = ATTEMPT_UNENDED.format(start=start, pid=attempt.get("pid"), host=attempt.get("host"))
-        if held_tags.get(ABANDONED_TAG) != reason:
-            client.set_tag(run_id, ABANDONED_TAG, reason)
-            summary.tags += 1
-    if status is not None and client.get_run(run_id).info.status != status.get("status"):
-        client.set_terminated(run_id, status.get("status"), int(status.get("time") or time.time() * 1000))
-        summary.status = status.get("status")
+    summary.metric_values_held = len(journal.metrics) - len(missing)
+    summary.texts = replay_texts(journal.texts, client, run_id)
+    replay_status(journal, store, run, client, summary)
     return summary
+
+
+def replay_status(journal: JournalRecord, store: StoreRecord, run: Any, client: Any, summary: ReplaySummary) -> None:
+    """Write the journal's status into the run unless the store's is newer (``replay``'s rule)."""
+    status, attempt, tags = journal.status, journal.attempt, run.data.tags
+    inferred = status is None and attempt is not None and not attempt_alive(attempt)
+    if inferred:
+        status = {"status": "KILLED", "time": journal.last_time}
+    if status is None or run.info.status == status.get("status"):
+        return
+    wanted, at = str(status.get("status")), int(status.get("time") or 0)
+    # a later command marked this attempt KILLED because its process was gone (and nobody wrote the run since: the
+    # run's process tags still name it): the journal knows how it ended
+    pid, host = (str(attempt.get("pid")), str(attempt.get("host"))) if attempt else ("", "")
+    guessed = (attempt is not None and (tags.get(PID_TAG), tags.get(HOST_TAG)) == (pid, host)
+               and f"process {pid} on {host} ended" in tags.get(ABANDONED_TAG, ""))
+    if at <= store.changed_at and not (guessed and not inferred):
+        if store.elsewhere >= store.changed_at and store.elsewhere > 0:
+            when = f"it holds values logged at {clock(store.elsewhere)}"
+        else:
+            when = f"set {clock(int(run.info.end_time or 0))}"
+        summary.status_kept = (f"{run.info.status} (the store's, {when}, is newer than the journal's {wanted} at "
+                               f"{clock(at)})")
+        return
+    if inferred:
+        start = clock(int(attempt.get("time") or 0))  # type: ignore[union-attr]
+        reason = ATTEMPT_UNENDED.format(start=start, pid=pid, host=host)
+        if tags.get(ABANDONED_TAG) != reason:
+            client.set_tag(run.info.run_id, ABANDONED_TAG, reason)
+            summary.tags += 1
+    elif guessed:  # the guess was wrong: the process closed its run, the store just did not hear it
+        client.delete_tag(run.info.run_id, ABANDONED_TAG)
+        summary.tags += 1
+    client.set_terminated(run.info.run_id, wanted, at or int(time.time() * 1000))
+    summary.status = wanted
 
 
 def attempt_alive(attempt: dict[str, Any]) -> bool:
@@ -204,6 +321,7 @@ def replay_texts(texts: dict[str, str], client: Any, run_id: str) -> int:
 
 __all__ = [
     "JOURNAL_NAME",
+    "ReplaySummary",
     "TrackingJournal",
     "read_journal",
     "replay",
