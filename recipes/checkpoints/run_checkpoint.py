@@ -12,7 +12,9 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_modules.compat import checkpoint_state_key, epoch_batches_done
+from recipes.checkpoints.resumed_best import ResumedBest, describe_resume, fetch_from_store, repointed, restore_best
 from recipes.tracking.logger import find_mlflow_logger
+from recipes.tracking.tracked_run import tracked_run
 
 ALIASES = ("best", "last")
 
@@ -40,6 +42,12 @@ class RunCheckpoint(ModelCheckpoint):
         monitor: Metric that defines the best checkpoint (``alias="best"`` only).
         mode: "min" or "max" for ``monitor``.
         every_n_steps: ``alias="last"`` only: write every this many optimizer steps instead of after validations.
+        resumed_from: ``--ckpt_path`` as the user gave it (``mlflow:<id>/last``, a file), named in the line a
+            resumed fit prints (``alias="best"``).
+
+    A fit resumed from a checkpoint written in another folder (``mlflow:<id>/last`` in another directory, a copied
+    ``last.ckpt``) keeps its state, re-pointed to this run's folder, and the best checkpoint file
+    (``recipes.checkpoints.resumed_best``), where Lightning would drop the best and warn that the dirpath changed.
     """
 
     def __init__(
@@ -50,6 +58,7 @@ class RunCheckpoint(ModelCheckpoint):
         monitor: str | None = None,
         mode: Literal["min", "max"] = "min",
         every_n_steps: int | None = None,
+        resumed_from: str | None = None,
         **kwargs: Any,
     ) -> None:
         if alias not in ALIASES:
@@ -74,6 +83,8 @@ class RunCheckpoint(ModelCheckpoint):
         self.root = Path(root)
         self.experiment = experiment
         self.every_n_steps = every_n_steps
+        self.resumed_from = resumed_from
+        self._resumed_state: dict[str, Any] | None = None  # the state to load on resume, re-pointed to dirpath
 
     @property
     def state_key(self) -> str:
@@ -107,6 +118,48 @@ class RunCheckpoint(ModelCheckpoint):
             # "exists and is not empty" warning, meant for a folder shared by runs, said nothing on every fit
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
             super().setup(trainer, pl_module, stage)
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Lightning calls it with the whole checkpoint right before load_state_dict (which gets this callback's part)
+        state = (checkpoint.get("callbacks") or {}).get(self.state_key)
+        best = None
+        if isinstance(state, dict) and self.dirpath is not None:
+            if self.alias == "best":
+                best = self.restore_best(trainer, state, checkpoint.get("global_step"))
+                self._resumed_state = best.state
+            elif state.get("dirpath") not in (None, self.dirpath):
+                self._resumed_state = repointed(state, str(self.dirpath))
+        if self.alias == "best" and trainer.is_global_zero:
+            print(
+                describe_resume(
+                    Path(str(self.dirpath)).name, checkpoint.get("epoch"), checkpoint.get("global_step"),
+                    self.resumed_from, self.monitor, best,
+                ),
+                flush=True,
+            )
+
+    def restore_best(self, trainer: pl.Trainer, state: dict[str, Any], step: int | None) -> ResumedBest:
+        """The best this run keeps on resume (``resumed_best.restore_best``): rank 0 finds the file (here, in the
+        folder the checkpoint was written in, or in the tracking store) and every rank loads the state it chose."""
+        best = None
+        if trainer.is_global_zero:
+            run = tracked_run(trainer)
+            uri = run.tracking_uri if run is not None else None
+
+            def fetch(run_id: str, into: Path) -> Path | None:
+                return fetch_from_store(uri, run_id, into) if uri else None
+
+            best = restore_best(state, str(self.dirpath), self.state_key, step, fetch)
+            if best.file is not None and best.origin:  # put here now: uploaded as the run's checkpoints/best.ckpt
+                for logger in trainer.loggers:
+                    logger.after_save_checkpoint(self)
+        return trainer.strategy.broadcast(best)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        resumed, self._resumed_state = self._resumed_state, None
+        super().load_state_dict(resumed if resumed is not None else state_dict)
 
     @property
     def path(self) -> Path | None:

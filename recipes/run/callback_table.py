@@ -58,6 +58,7 @@ class RecipeRun:
     register_model: str | None = None  # ... and register it under this name
     system_metrics_interval: float = 10.0  # seconds between MLflow system-metric samples; 0: none
     checkpoint_every_n_steps: int | None = None  # last.ckpt also every this many optimizer steps
+    resumed_from: str | None = None  # fit: --ckpt_path as the user gave it (named in the line a resumed fit prints)
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,10 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         "best_checkpoint",
         FIT,
         lambda run: RunCheckpoint(
-            run.checkpoints_dir, run.experiment, "best", monitor=run.monitor, mode=run.monitor_mode
+            run.checkpoints_dir, run.experiment, "best", monitor=run.monitor, mode=run.monitor_mode,
+            resumed_from=run.resumed_from,
         ),
-        "best.ckpt by the task's monitor",
+        "best.ckpt by the task's monitor; a resume keeps the run's best wherever it resumes (and says which)",
         alone=True,
     ),
     CallbackSlot(

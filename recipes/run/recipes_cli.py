@@ -309,6 +309,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             register_model=cfg.get("register_model"),
             system_metrics_interval=float(cfg.get("system_metrics_interval") or 0.0),
             checkpoint_every_n_steps=cfg.get("checkpoint_every_n_steps"),
+            resumed_from=self.ckpt_path_given if self.subcommand == "fit" else None,
         )
 
     # --- run --------------------------------------------------------------------------------------------------
