@@ -13,8 +13,10 @@ from recipes.tracking.uris import default_tracking_uri
 
 def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
     """Replay every journal under ``checkpoints_dir`` (``<experiment>/<run id>/tracking-journal.jsonl``) into the
-    store at ``tracking_uri``. A run the store does not hold (a deleted or new store) is recreated in its experiment
-    as a new run tagged ``loopwise.replayed_from_run``. Returns one line per journal."""
+    store at ``tracking_uri``: a merge that never writes over newer state in the store (``journal.replay``), so a
+    folder whose journal is older than the store (a run resumed and ended elsewhere, a trial the sweep pruned) changes
+    nothing. A run the store does not hold (a deleted or new store) is recreated in its experiment as a new run tagged
+    ``loopwise.replayed_from_run``. Returns one line per journal: what was written, what was kept and why."""
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
@@ -41,8 +43,13 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
                 if earlier
                 else client.create_run(experiment_id, tags={REPLAYED_FROM_TAG: run_id}).info.run_id
             )
-        line = replay(entries, client, target, run_id if target != run_id else None).describe()
-        uploaded = upload_missing_checkpoints(folder, client, target)  # the uploads a store outage made fail
+        summary = replay(entries, client, target, run_id if target != run_id else None)
+        line = summary.describe()
+        uploaded = []
+        if summary.continued_elsewhere:  # this folder's checkpoints are older than the run's: never sent over them
+            line += "; checkpoints not uploaded (the run went on elsewhere after this journal)"
+        else:
+            uploaded = upload_missing_checkpoints(folder, client, target)  # the uploads a store outage made fail
         if target != run_id:  # after the checkpoints: the run's other local files, the link from the new id
             line += f" (recreated from {run_id}; {restore_recreated_run(client, tracking_uri, folder, target)})"
         lines.append(line + (f", uploaded {', '.join(uploaded)}" if uploaded else ""))

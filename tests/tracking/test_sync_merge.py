@@ -199,6 +199,27 @@ def test_a_killed_that_a_later_command_guessed_yields_to_the_status_the_journal_
     assert (run.info.status, summary.status) == ("FINISHED", "FINISHED") and "loopwise.abandoned" not in run.data.tags
 
 
+def test_sync_sends_no_checkpoint_of_a_folder_whose_run_went_on_elsewhere(client, tmp_path):
+    """The folder's last upload failed (its ledger expects one), but the run was resumed and went on in another
+    directory: its older last.ckpt must not replace the run's newer one in the store."""
+    from recipes.tracking.sync import sync_journals
+    from recipes.tracking.uploads import LEDGER_NAME, UploadLedger
+
+    run_id = new_run(client)
+    folder = tmp_path / "checkpoints" / "e" / run_id
+    here = Attempt(client, run_id, folder / JOURNAL_NAME)
+    here.metrics(range(3))
+    here.end("KILLED")
+    (folder / "last.ckpt").write_bytes(b"older")
+    UploadLedger(folder / LEDGER_NAME).expect()  # an upload was due and never went through
+    client.update_run(run_id, status="RUNNING")
+    Attempt(client, run_id).metrics(range(3, 6))  # resumed elsewhere
+    client.set_terminated(run_id, "FINISHED")
+    (line,) = sync_journals(tmp_path / "checkpoints", client.tracking_uri)
+    assert "checkpoints not uploaded (the run went on elsewhere after this journal)" in line, line
+    assert client.list_artifacts(run_id, "checkpoints") == [] and client.get_run(run_id).info.status == "FINISHED"
+
+
 # --- end to end: two working directories sharing one store --------------------------------------------------------
 
 
