@@ -13,6 +13,8 @@ artifact ``checkpoints/best.ckpt`` in the tracking store. A file is taken only w
 state's best value (an older best, from a store that missed the last upload, is taken with its own state, never a
 file from after the resumed step); a file already in the new folder that is another one is kept aside, never
 overwritten. Without any such file the best restarts from this resume, as Lightning does, and the line says so.
+In the folder the checkpoint was written in, ``best.ckpt`` is not read: the state's ``best_epoch``/``best_step``
+(``RunCheckpoint.state_dict``) say where its best was reached.
 """
 
 from __future__ import annotations
@@ -149,6 +151,10 @@ def restore_best(
     if score is None or not state.get("best_model_path"):
         return ResumedBest(moved, None, "")
     target = Path(dirpath) / BEST_FILE
+    epoch, step = state.get("best_epoch"), state.get("best_step")
+    if state.get("dirpath") in (None, dirpath) and target.is_file() and epoch is not None and step is not None:
+        # the folder it was written in, which Lightning trusts as it is: the state says where its best was reached
+        return ResumedBest(moved, BestFile(target, score, int(epoch), int(step), None), "")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".best-from-store-", dir=target.parent) as scratch:
         fetch_here = lambda run_id: fetch(run_id, Path(scratch))  # noqa: E731
@@ -184,7 +190,9 @@ def _restore_best(
             continue
         if same_value(found.score, score):
             note = "" if path == target else install(path, target, move)
-            return ResumedBest(moved, BestFile(target, found.score, found.epoch, found.step, None), origin + note)
+            at = {"best_epoch": found.epoch, "best_step": found.step}
+            kept = BestFile(target, found.score, found.epoch, found.step, None)
+            return ResumedBest({**moved, **at}, kept, origin + note)
         before = found.step is not None and (resumed_step is None or found.step <= resumed_step)
         if older is None and found.state is not None and found.score is not None and before and path != target:
             older = (found, origin, move)
@@ -192,14 +200,16 @@ def _restore_best(
         found, origin, move = older
         note = install(found.path, target, move)
         lost = f"the run's best, {score:.4g}, is in no file this run can reach"
+        at = {"best_epoch": found.epoch, "best_step": found.step}
         return ResumedBest(
-            repointed(found.state or {}, dirpath),
+            {**repointed(found.state or {}, dirpath), **at},
             BestFile(target, found.score, found.epoch, found.step, None),
             f"{origin}{note}; {lost}",
         )
     kept = {k: v for k, v in moved.items() if k not in ("best_model_score", "best_k_models", "kth_best_model_path")}
     dropped = {**kept, "best_model_score": None, "best_model_path": "", "best_k_models": {}, "kth_best_model_path": ""}
-    dropped.pop("kth_value", None)
+    for key in ("kth_value", "best_epoch", "best_step"):
+        dropped.pop(key, None)
     why = (
         f"its best ({score:.4g}) is not in {target.parent}, {old_dir} or the tracking store, so best.ckpt "
         "restarts from this resume"

@@ -85,6 +85,9 @@ class RunCheckpoint(ModelCheckpoint):
         self.every_n_steps = every_n_steps
         self.resumed_from = resumed_from
         self._resumed_state: dict[str, Any] | None = None  # the state to load on resume, re-pointed to dirpath
+        self._saving_at: tuple[int, int] | None = None  # (epoch, step) of the hook that may save now
+        self._best_at: tuple[int, int] | None = None  # (epoch, step) where best_model_score was reached
+        self._best_score_seen: Any = None  # the best_model_score that _best_at belongs to
 
     @property
     def state_key(self) -> str:
@@ -104,6 +107,25 @@ class RunCheckpoint(ModelCheckpoint):
         if self.every_n_steps is not None and epoch_batches_done(trainer):
             return  # the epoch's last batch: last.ckpt is written after its validation (or at the epoch's end)
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._saving_at = (trainer.current_epoch, trainer.global_step)  # where a new best would be reached
+        super().on_validation_end(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._saving_at = (trainer.current_epoch, trainer.global_step)
+        super().on_train_epoch_end(trainer, pl_module)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Lightning's state, plus the epoch and step where ``best_model_score`` was reached (``best_epoch``,
+        ``best_step``: a resume names its best without reading ``best.ckpt``). Lightning saves the file of a new
+        best right after setting it, inside the hook that noted ``_saving_at``."""
+        state = super().state_dict()
+        if self.best_model_score is not None and self.best_model_score is not self._best_score_seen:
+            self._best_score_seen, self._best_at = self.best_model_score, self._saving_at
+        if self._best_at is not None and self.best_model_score is not None:
+            state["best_epoch"], state["best_step"] = self._best_at
+        return state
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.dirpath is None:
@@ -159,7 +181,11 @@ class RunCheckpoint(ModelCheckpoint):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         resumed, self._resumed_state = self._resumed_state, None
-        super().load_state_dict(resumed if resumed is not None else state_dict)
+        state = resumed if resumed is not None else state_dict
+        super().load_state_dict(state)
+        self._best_score_seen = self.best_model_score
+        known = state.get("best_epoch") is not None and state.get("best_step") is not None
+        self._best_at = (int(state["best_epoch"]), int(state["best_step"])) if known else None
 
     @property
     def path(self) -> Path | None:
