@@ -13,7 +13,9 @@ from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from recipes.checkpoints.choice import choose_checkpoint
+from recipes.checkpoints.choice import choose_checkpoint, describe_run_file
+from recipes.checkpoints.fetched import fetch_checkpoint
+from recipes.tracking.sqlite_store import sqlite_database_path
 from recipes.tracking.recreated_runs import current_run_id
 from recipes.checkpoints.run_checkpoint import ALIASES
 from recipes.tracking.logger import CHECKPOINT_ARTIFACT_DIR
@@ -67,6 +69,40 @@ class ResolvedCheckpoint:
     loaded: Any = None
 
 
+def store_client(tracking_uri: str | None) -> Any:
+    """An MLflow client of the tracking store (``MLFLOW_TRACKING_URI`` or ``./mlflow.db`` by default)."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    return MlflowClient(tracking_uri or default_tracking_uri())
+
+
+def store_run(run_id: str, tracking_uri: str | None) -> Any:
+    """The MLflow ``Run`` of ``run_id`` (a run `recipes sync` recreated is found by its old id); ``None`` when the
+    store does not hold it or cannot be read (a local file is used without it)."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+
+    uri = tracking_uri or default_tracking_uri()
+    database = sqlite_database_path(uri)
+    if database is not None and not database.is_file():
+        return None
+    client = store_client(uri)
+    try:
+        return client.get_run(current_run_id(client, run_id) or run_id)
+    except (MlflowException, OSError):
+        return None
+
+
+def described(reference: str, run_id: str, path: Path, alias: str, run: Any, origin: str) -> ResolvedCheckpoint:
+    """Print what ``reference`` (``run:``/``mlflow:``) loads: the run, who ran it where, the epoch and value, where the
+    file came from (rank 0); the file is read once here and handed on (a file that cannot be read is left to the
+    checks that follow, which name the problem)."""
+    tags = dict(run.data.tags) if run is not None else {}
+    text, loaded = describe_run_file(run_id, path, alias, tags, origin)
+    if text and rank_zero_only.rank == 0:
+        print(f"recipes: --ckpt_path {reference} = {path.resolve()} ({text})", flush=True)
+    return ResolvedCheckpoint(str(path.resolve()), loaded)
+
+
 def resolve_checkpoint(
     ckpt_path: str,
     experiment: str,
@@ -76,27 +112,36 @@ def resolve_checkpoint(
 ) -> ResolvedCheckpoint:
     """Turn a ``--ckpt_path`` reference into a checkpoint file and check that it exists:
 
-    * ``best`` / ``last``: chosen among the experiment's tracked fit runs (``checkpoint_choice``; candidates whose
-      data settings differ from ``data_now`` are skipped); the choice is printed.
-    * ``run:<run id>/best|last``: that run's local file; ``mlflow:<run id>/best|last``: a downloaded copy of that
-      run's checkpoint artifact; anything else: a file path.
+    * ``best`` / ``last``: chosen among the experiment's fit runs in the tracking store (``choice``; candidates
+      whose data settings differ from ``data_now`` are skipped; files not here fetched into
+      ``<root>/.fetched/<run id>/``); the choice is printed.
+    * ``run:<run id>/best|last``: that run's local file, else its uploaded copy fetched into the same cache;
+      ``mlflow:<run id>/best|last``: a downloaded copy of that run's checkpoint artifact; both print the run, who ran
+      it where, the epoch and value. Anything else: a file path.
 
     Raises ``FileNotFoundError`` naming what was looked for.
     """
     ref = MLFLOW_REF.match(ckpt_path)
     if ref is not None:
-        return ResolvedCheckpoint(download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri))
+        path = Path(download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri))
+        run = store_run(ref["run_id"], tracking_uri)
+        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, "downloaded from the store")
     if ckpt_path.startswith("mlflow:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected mlflow:<run id>/best or mlflow:<run id>/last")
     ref = RUN_REF.match(ckpt_path)
     if ref is not None:
         path = Path(root) / experiment / ref["run_id"] / f"{ref['alias']}.ckpt"
+        run = store_run(ref["run_id"], tracking_uri)
+        origin = ""
         if not path.is_file():
-            raise FileNotFoundError(
-                f"--ckpt_path {ckpt_path}: no {path.resolve()} (a run of experiment {experiment!r} under "
-                f"{Path(root).resolve()}; mlflow:{ref['run_id']}/{ref['alias']} fetches the run's uploaded copy)"
-            )
-        return ResolvedCheckpoint(str(path.resolve()))
+            if run is None:
+                raise FileNotFoundError(
+                    f"--ckpt_path {ckpt_path}: no {path.resolve()} (a run of experiment {experiment!r} under "
+                    f"{Path(root).resolve()}) and no run {ref['run_id']!r} in {tracking_uri or default_tracking_uri()}"
+                )
+            fetched = fetch_checkpoint(store_client(tracking_uri), run, ref["alias"], root, ckpt_path)
+            path, origin = fetched.path, "fetched from the store" if fetched.downloaded else "the store's copy, cached"
+        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, origin)
     if ckpt_path.startswith("run:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected run:<run id>/best or run:<run id>/last")
     if ckpt_path in ALIASES:

@@ -2,11 +2,12 @@
 
 The title names the experiment, how many runs of which stage, the metric (which way is better; the split an
 evaluation run logged it under) and the data the runs share. Columns: ``run`` (what differs), ``id`` (8
-characters), ``stage`` (with ``--stage all`` or mixed stages), ``status``, ``data`` (``same`` / ``differs:
-<splits>`` / ``-``; left out when no run recorded data), ``started`` (local time), ``time`` (duration), ``best``,
-``last`` and ``best epoch`` (from 1, as the epoch lines; left out when no run has one). On a narrow terminal
-``started`` and ``time`` are left out first, then the data and label columns wrap, then ``status``, ``last`` and
-``best epoch`` are left out, in that order; what was left out is named below the table.
+characters), ``stage`` (with ``--stage all`` or mixed stages), ``status``, ``by`` (``user@host``: who ran it, on
+which machine; left out when no run recorded it), ``data`` (``same`` / ``differs: <splits>`` / ``-``; left out when
+no run recorded data), ``started`` (local time), ``time`` (duration), ``best``, ``last`` and ``best epoch`` (from
+1, as the epoch lines; left out when no run has one). On a narrow terminal ``started``, ``time`` and ``by`` are left
+out first, then the data and label columns wrap, then ``status``, ``last``
+and ``best epoch`` are left out, in that order; what was left out is named below the table.
 """
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ def table_columns(table: RunsTable, show_stage: bool) -> list[Column]:
     if show_stage:
         columns.append(Column("stage", "stage"))
     columns.append(Column("status", "status", drop=3))
+    if any(row["by"] for row in table.rows):
+        columns.append(Column("by", "by", drop=4))
     if any(row["data"] != "-" for row in table.rows):
         columns.append(Column("data", "data", wrap=True, min_width=8, give=1))
     columns += [
-        Column("started", "started", drop=5),
-        Column("time", "time", numeric=True, drop=4),
+        Column("started", "started", drop=6),
+        Column("time", "time", numeric=True, drop=5),
         Column("best", "best", numeric=True),
         Column("last", "last", numeric=True, drop=2),
     ]

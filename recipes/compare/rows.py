@@ -1,7 +1,8 @@
 """The rows of one ``recipes compare`` table: one dict per run, keys = the CSV/JSON column names.
 
 Columns, in order: ``run`` (the label: what differs, ``compare_labels``), ``name`` (MLflow's run name), ``id``,
-``experiment``, ``stage``, ``status``, ``start`` (UTC, ISO 8601), ``duration (s)``, ``data`` / ``data digest`` /
+``experiment``, ``stage``, ``status``, ``by`` (who ran it where: ``user@host``, MLflow's ``mlflow.user`` and loopwise's
+``loopwise.host``), ``start`` (UTC, ISO 8601), ``duration (s)``, ``data`` / ``data digest`` /
 ``data inputs`` (``compare_data``), ``fit run id`` (an evaluation run's training run), ``resumed from`` (a branch:
 ``<run id> @ step <step>``, the run and step an older checkpoint resumed it from), one column per differing
 param under its full name (``params.model.init_args.lr``, as in MLflow's search syntax), then ``metric`` (the name
@@ -22,6 +23,7 @@ from recipes.compare.data import data_digest, data_inputs_text, data_marks, data
 from recipes.compare.labels import differing_params, run_labels
 from recipes.compare.metric import metric_of_run, summarize_history
 from recipes.compare.runs import FIT_RUN_TAG, run_stage
+from recipes.tracking.checkpoint_facts import who_ran
 
 RESUMED_FROM_TAG = "loopwise.resumed_from_run"  # the names run_continuity writes (not imported: compare needs no
 RESUMED_FROM_STEP_TAG = "loopwise.resumed_from_step"  # Lightning callback to read a table)
@@ -104,6 +106,7 @@ def build_table(client: Any, runs: list[Any], metric: str, experiment: str, left
             "experiment": experiment,
             "stage": stage,
             "status": run.info.status,
+            "by": who_ran(dict(run.data.tags)),
             "start": iso_time(run.info.start_time),
             "duration (s)": duration_s(run),
             "data": mark,

@@ -1,0 +1,103 @@
+"""What a checkpoint file says about itself (epoch, step, the metric its ``best.ckpt`` was chosen by and its value),
+and the same facts as run tags, written when the file reaches the store.
+
+``RecipeLogger`` tags a run each time one of its checkpoints is uploaded (``loopwise.best.epoch``,
+``loopwise.best.step``, ``loopwise.best.monitor``, ``loopwise.best.mode``, ``loopwise.best.value``,
+``loopwise.best.time``; the same under ``loopwise.last.``), read from the very file that was sent. ``--ckpt_path
+best|last`` in a directory without the run's files ranks the team's runs by these tags and fetches only the one it
+chooses (``recipes.checkpoints.choice``), instead of downloading every run's checkpoint to read it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipes.tracking.abandoned_runs import HOST_TAG  # the machine that writes the run
+
+FACT_NAMES = ("epoch", "step", "monitor", "mode", "value", "time")
+USER_TAG = "mlflow.user"  # set by MLflow's context providers when the run is created
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """A checkpoint's epoch (from 0), global step, monitored metric, mode and best value, and when it was saved (ms;
+    ``None`` where unknown)."""
+
+    epoch: int | None = None
+    step: int | None = None
+    monitor: str | None = None
+    mode: str | None = None
+    score: float | None = None
+    time_ms: int | None = None
+
+    @property
+    def scored(self) -> bool:
+        """Whether it names a metric and a value that can be compared."""
+        return self.monitor is not None and self.score is not None and not math.isnan(self.score)
+
+
+def facts_of(ckpt: Any, alias: str) -> CheckpointFacts:
+    """The facts of a loaded checkpoint (``torch.load`` of a Lightning checkpoint): the epoch and step it was saved
+    at and, from the state of its ``RunCheckpoint(alias=...)`` callback, the monitored metric, mode and best value."""
+    if not isinstance(ckpt, dict):
+        return CheckpointFacts()
+    monitor = mode = score = None
+    for key, state in (ckpt.get("callbacks") or {}).items():
+        if isinstance(state, dict) and f"'alias': '{alias}'" in str(key) and state.get("monitor"):
+            monitor = str(state["monitor"])
+            mode = "max" if "'mode': 'max'" in str(key) else "min"
+            value = state.get("best_model_score")
+            score = float(value) if value is not None else None
+    epoch, step = ckpt.get("epoch"), ckpt.get("global_step")
+    return CheckpointFacts(int(epoch) if epoch is not None else None, int(step) if step is not None else None,
+                           monitor, mode, score)
+
+
+def facts_tags(facts: CheckpointFacts, alias: str) -> dict[str, str]:
+    """``{"loopwise.<alias>.<fact>": text}`` for the facts that are known."""
+    values = {"epoch": facts.epoch, "step": facts.step, "monitor": facts.monitor, "mode": facts.mode,
+              "value": None if facts.score is None else repr(facts.score), "time": facts.time_ms}
+    return {f"loopwise.{alias}.{name}": str(value) for name, value in values.items() if value is not None}
+
+
+def facts_from_tags(tags: dict[str, str], alias: str) -> CheckpointFacts | None:
+    """The facts a run's tags record for its uploaded ``<alias>.ckpt`` (``None``: no upload was tagged)."""
+    found = {name: tags.get(f"loopwise.{alias}.{name}") for name in FACT_NAMES}
+    if found["time"] is None and found["step"] is None:
+        return None
+
+    def number(text: str | None, kind: type) -> Any:
+        try:
+            return kind(text) if text is not None else None
+        except ValueError:
+            return None
+
+    return CheckpointFacts(number(found["epoch"], int), number(found["step"], int), found["monitor"],
+                           found["mode"], number(found["value"], float), number(found["time"], int))
+
+
+def uploaded_checkpoint_tags(local_file: str | Path, alias: str) -> dict[str, str]:
+    """The tags for ``local_file`` uploaded as the run's ``<alias>.ckpt``: its facts (read weights only,
+    memory-mapped: the tensors are not read) and its modification time. ``{}`` when the file cannot be read."""
+    import torch  # noqa: PLC0415
+
+    try:
+        ckpt = torch.load(local_file, weights_only=True, map_location="cpu", mmap=True)
+        saved = int(os.stat(local_file).st_mtime * 1000)
+    except Exception:  # noqa: BLE001  (a file that is not a checkpoint: nothing to say about it)
+        return {}
+    facts = facts_of(ckpt, alias)
+    return facts_tags(CheckpointFacts(facts.epoch, facts.step, facts.monitor, facts.mode, facts.score, saved), alias)
+
+
+def who_ran(tags: dict[str, str]) -> str:
+    """``user@host`` of a run (MLflow's ``mlflow.user``, loopwise's ``loopwise.host``); what is known of it."""
+    user, host = tags.get(USER_TAG, ""), tags.get(HOST_TAG, "")
+    return f"{user}@{host}" if user and host else user or (f"@{host}" if host else "")
+
+
+__all__ = ["CheckpointFacts", "facts_from_tags", "facts_of", "facts_tags", "uploaded_checkpoint_tags", "who_ran"]
