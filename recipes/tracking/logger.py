@@ -18,6 +18,7 @@ from lightning_modules.compat import (
     mlflow_logger_run_created, mlflow_logger_unbuffered, mlflow_logger_uploaded_files,
 )
 from recipes.tracking.uploads import LEDGER_NAME, CheckpointUploader, UploadLedger, file_identity
+from recipes.tracking.checkpoint_facts import uploaded_checkpoint_tags
 from recipes.tracking.held_metrics import HeldMetrics
 from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, short_reason: used from here too)
     bound_http_requests, fast_http_failures, is_read_only, is_server_uri, read_only_at_start, short_reason,
@@ -350,8 +351,15 @@ class RecipeLogger(MLFlowLogger):
 
     def _upload_file(self, local_file: str, name: str) -> None:
         """Send one staged ``<name>.ckpt`` to the run's ``checkpoints/`` artifact directory (replacing it); a store
-        that refuses it is the uploader's ``on_failed``, ``store_failed`` (the checkpoint stays on disk)."""
+        that refuses it is the uploader's ``on_failed``, ``store_failed`` (the checkpoint stays on disk). Then the
+        run is tagged with what the sent file holds (``loopwise.<name>.epoch``, ``.value``, ...:
+        ``recipes.tracking.checkpoint_facts``), so ``--ckpt_path best|last`` elsewhere ranks runs without fetching."""
         self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
+        from mlflow.entities import RunTag  # noqa: PLC0415
+
+        tags = [RunTag(key, value) for key, value in uploaded_checkpoint_tags(local_file, name).items()]
+        if tags:
+            self.experiment.log_batch(self.run_id, tags=tags, synchronous=True)
 
     def _uploaded(self, name: str, identity: tuple[int, int, int]) -> None:
         """An upload went through: the ledger records that version (``recipes sync`` does not send it again)."""
