@@ -58,6 +58,7 @@ HEAVY_MODULES = frozenset({
     "tests/end_to_end/test_tracker_outage.py",
     "tests/end_to_end/test_tracking_server.py",
     "tests/end_to_end/test_concurrent_runs.py",
+    "tests/end_to_end/test_tracker_outage_recovery.py",
 })
 
 # the units that take longest (``--durations=0`` of a full run, 2 workers: minutes each), handed out first

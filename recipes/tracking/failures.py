@@ -28,9 +28,13 @@ BOUNDED_HTTP_SETTINGS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+    "MLFLOW_HTTP_RESPECT_RETRY_AFTER_HEADER": "false",  # a 429/503 with Retry-After: 60 would sleep a minute
 }
 READ_ONLY_MARKERS = ("readonly database", "read-only database", "read-only file system", "Read-only file system")
 REASON_LIMIT = 200
+# the reasons a server gave no answer, as urllib3 words them (also the word of the warning: "does not answer")
+NO_ANSWER_REASONS = ("Read timed out", "Connect timeout", "timed out", "Remote end closed connection without response",
+                     "Connection reset by peer", "Connection aborted", "Name or service not known")
 
 
 class TrackingStoreReadOnly(ValueError):
@@ -83,15 +87,19 @@ def cut_at_word(text: str, limit: int = REASON_LIMIT) -> str:
 
 def short_reason(err: BaseException | str) -> str:
     """The informative part of a store error: ``[Errno 111] Connection refused`` rather than three lines of
-    urllib3 wrapping; else the first line (SQLAlchemy's ``[SQL: ...]`` and background link dropped), cut at a
-    word."""
+    urllib3 wrapping (``Read timed out``, ``Connection aborted`` when a server went away in the middle of a
+    request, ``too many 503 error responses``); else the first line (SQLAlchemy's ``[SQL: ...]`` and background link
+    dropped), cut at a word."""
     text = str(err).strip()
     errno = re.search(r"\[Errno -?\d+\][^'\")]*", text)
     if errno:
         return errno.group(0).strip()
-    for marker in ("Read timed out", "timed out", "Name or service not known"):
+    for marker in NO_ANSWER_REASONS:
         if marker in text:
             return marker
+    responses = re.search(r"too many \d+ error responses", text)
+    if responses:
+        return responses.group(0)
     first = text.splitlines()[0].strip() if text else type(err).__name__
     first = re.sub(r"\s*\(Background on this error at: [^)]*\)", "", first)
     return cut_at_word(first)
@@ -102,8 +110,10 @@ def is_read_only(err: BaseException | str) -> bool:
     return isinstance(err, PermissionError) or any(marker in str(err) for marker in READ_ONLY_MARKERS)
 
 
-def store_failure_message(uri: str, err: BaseException | str, journal: Any) -> str:
-    """The one warning about a store that refused a write: which store, why, that training goes on, what to do."""
+def store_failure_message(uri: str, err: BaseException | str, journal: Any, catches_up: bool = False) -> str:
+    """The one warning about a store that refused a write: which store, why, that training goes on, what to do.
+    ``catches_up``: a tracking server that the run catches up with by itself once it answers again
+    (``recipes.tracking.catch_up``)."""
     if is_read_only(err):
         where = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else uri
         return (
@@ -111,8 +121,16 @@ def store_failure_message(uri: str, err: BaseException | str, journal: Any) -> s
             "database); training goes on. Make the file and its folder writable (chmod u+w on both) or point "
             f"MLFLOW_TRACKING_URI at a writable store, then run `recipes sync`: the run's record is kept in {journal}."
         )
+    reason = short_reason(err)
+    if catches_up:
+        failed = "does not answer" if reason in NO_ANSWER_REASONS or "[Errno" in reason else "refused a write"
+        return (
+            f"the tracking store stopped accepting writes: the tracking server at {uri} {failed} ({reason}); "
+            f"training goes on, the run's record is kept in {journal} and written to the server when it answers "
+            "again (`recipes sync` writes it if the run ends first)"
+        )
     return (
-        f"the tracking store stopped accepting writes: {uri} ({short_reason(err)}); training goes on and the run's "
+        f"the tracking store stopped accepting writes: {uri} ({reason}); training goes on and the run's "
         f"record is kept in {journal}: `recipes sync` writes it (and the checkpoints) to the store once it works "
         "again (a resume of the run does too)."
     )

@@ -20,6 +20,7 @@ from lightning_modules.compat import (
 from recipes.tracking.uploads import LEDGER_NAME, CheckpointUploader, UploadLedger, file_identity
 from recipes.tracking.checkpoint_facts import uploaded_checkpoint_tags
 from recipes.tracking.held_metrics import HeldMetrics
+from recipes.tracking.catch_up import ServerCatchUp
 from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, short_reason: used from here too)
     bound_http_requests, fast_http_failures, is_read_only, is_server_uri, read_only_at_start, short_reason,
     store_failure_message, warn_store_failure, watch_store_failures,
@@ -104,6 +105,8 @@ class RecipeLogger(MLFlowLogger):
         self._journal: TrackingJournal | None = None
         self.store_failure: str | None = None  # the first write the store refused: from then on, the journal only
         self._failure_lock = threading.Lock()  # the upload thread and MLflow's async writer report failures too
+        self._write_lock = threading.RLock()  # journal entries vs the switch back to a server that answers again
+        self._catch_up: ServerCatchUp | None = None  # a server that stopped answering: recipes/tracking/catch_up.py
         self.held_metrics = HeldMetrics(ASYNC_BUFFER_SECONDS)  # metrics not written yet (recipes/tracking/held_metrics.py)
         self._queued_since_flush = False  # a metric batch went to MLflow's asynchronous queue since the last flush
         self.synchronous = synchronous  # every call written before it returns: nothing held back
@@ -153,12 +156,16 @@ class RecipeLogger(MLFlowLogger):
         """Append to the journal (once the run exists and a journal folder was given)."""
         if self._journal_dir is None or not mlflow_logger_run_created(self) or rank_zero_only.rank != 0:
             return
-        if self._journal is None:
-            self._journal = TrackingJournal(self._journal_dir / str(self.run_id) / JOURNAL_NAME)
-            self._ledger = UploadLedger(self._journal_dir / str(self.run_id) / LEDGER_NAME)
-            if self.tags:
-                self._journal.record("tags", values=dict(self.tags))
-        self._journal.record(kind, **data)
+        with self._write_lock:
+            if self._journal is None:
+                self._journal = TrackingJournal(self._journal_dir / str(self.run_id) / JOURNAL_NAME)
+                self._ledger = UploadLedger(self._journal_dir / str(self.run_id) / LEDGER_NAME)
+                if is_server_uri(self.store_uri):  # caught up with by itself once the server is back
+                    self._catch_up = ServerCatchUp(lambda: self.experiment, str(self.run_id), self._journal.path,
+                                                   self.store_uri, self._resume_store_writes, self.store_failed)
+                if self.tags:
+                    self._journal.record("tags", values=dict(self.tags))
+            self._journal.record(kind, **data)
 
     def store_failed(self, error: BaseException | str) -> None:
         """A write the store refused: warn once (one line: ``recipes.tracking.failures``); training goes on, and
@@ -168,7 +175,17 @@ class RecipeLogger(MLFlowLogger):
                 return
             self.store_failure = str(error) if isinstance(error, str) else f"{type(error).__name__}: {error}"
         where = self._journal.path if self._journal is not None else "the run's checkpoint folder"
-        warn_store_failure(store_failure_message(self.store_uri, error, where))
+        warn_store_failure(store_failure_message(self.store_uri, error, where, self._catch_up is not None))
+        if self._catch_up is not None:
+            self._catch_up.start()  # probes the server until it answers, then writes the journal into the run
+
+    def _resume_store_writes(self) -> list[dict[str, Any]]:
+        """The server answers again (``ServerCatchUp``): writes go to it again from now on; returns the journal as
+        it stands (its metric values are written from it, so the ones held back are dropped)."""
+        with self._write_lock:
+            self.held_metrics.take()
+            self.store_failure = None
+            return read_journal(self._journal.path) if self._journal is not None else []
 
     def replay_journal(self) -> None:
         """A continued run: write what its journal holds and the store lacks (a store that failed last time)."""
@@ -188,8 +205,9 @@ class RecipeLogger(MLFlowLogger):
             metrics = {k: v for k, v in dict(metrics).items() if step not in logged.get(k, ())}
             if not metrics:
                 return
-        self.record("metrics", step=step, time=int(time.time() * 1000), values=dict(metrics))
-        self.held_metrics.add(dict(metrics), step)
+        with self._write_lock:  # in the journal and held, or neither, when writes go back to the server
+            self.record("metrics", step=step, time=int(time.time() * 1000), values=dict(metrics))
+            self.held_metrics.add(dict(metrics), step)
         if self.synchronous:
             self.send_held_metrics(synchronous=True)
         elif self.held_metrics.due():
@@ -202,7 +220,8 @@ class RecipeLogger(MLFlowLogger):
         if not len(self.held_metrics):
             return
         if self.store_failure is not None:
-            self.held_metrics.take()  # the store is down: the journal has them, `recipes sync` writes them
+            with self._write_lock:  # the store is down: the journal has them (a catch-up or `recipes sync`)
+                self.held_metrics.take()
             return
         if not synchronous:
             self._queued_since_flush = True
@@ -298,6 +317,8 @@ class RecipeLogger(MLFlowLogger):
 
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
+        if self._catch_up is not None:
+            self._catch_up.finish()  # a server back by now gets the journal: no `recipes sync` needed
         self.send_held_metrics(synchronous=True)
         if mlflow_logger_run_created(self) and mlflow_logger_log_model(self):
             for callback in self._checkpoint_callbacks.values():
