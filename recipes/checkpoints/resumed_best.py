@@ -139,12 +139,14 @@ def restore_best(
     state_key: str,
     resumed_step: int | None,
     fetch: Callable[[str, Path], Path | None],
+    resumed_file: str | None = None,
 ) -> ResumedBest:
     """The best a run resumed into ``dirpath`` keeps (module docstring).
 
     ``state``: the best callback's state in the resumed checkpoint; ``resumed_step``: that checkpoint's step;
     ``fetch(run_id, folder)``: a copy of that run's ``checkpoints/best.ckpt`` downloaded into ``folder`` (``None``
-    when there is none).
+    when there is none); ``resumed_file``: the resumed checkpoint, itself the best when written at the best's step
+    (``--ckpt_path`` of a ``best.ckpt``).
     """
     moved = repointed(state, dirpath)
     score = as_float(state.get("best_model_score"))
@@ -158,7 +160,7 @@ def restore_best(
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".best-from-store-", dir=target.parent) as scratch:
         fetch_here = lambda run_id: fetch(run_id, Path(scratch))  # noqa: E731
-        return _restore_best(state, moved, score, target, state_key, resumed_step, fetch_here)
+        return _restore_best(state, moved, score, target, state_key, resumed_step, fetch_here, resumed_file)
 
 
 def _restore_best(
@@ -169,6 +171,7 @@ def _restore_best(
     state_key: str,
     resumed_step: int | None,
     fetch: Callable[[str], Path | None],
+    resumed_file: str | None = None,
 ) -> ResumedBest:
     """``restore_best`` once the state has a best value: the first file that holds it, else an earlier best."""
     dirpath = str(target.parent)
@@ -180,6 +183,8 @@ def _restore_best(
         old_file = Path(str(state["best_model_path"]))
         if old_file.resolve() != target.resolve():
             yield old_file, f"copied from {old_file}", False
+        if resumed_file and resumed_step is not None and state.get("best_step") == resumed_step:
+            yield Path(resumed_file), f"copied from {resumed_file}", False
         downloaded = fetch(old_dir.name)  # the folder is <checkpoints_dir>/<experiment>/<run id>
         if downloaded is not None:
             yield downloaded, "fetched from the store", True

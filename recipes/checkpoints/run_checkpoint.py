@@ -173,7 +173,7 @@ class RunCheckpoint(ModelCheckpoint):
             def fetch(run_id: str, into: Path) -> Path | None:
                 return fetch_from_store(uri, run_id, into) if uri else None
 
-            best = restore_best(state, str(self.dirpath), self.state_key, step, fetch)
+            best = restore_best(state, str(self.dirpath), self.state_key, step, fetch, trainer.ckpt_path)
             if best.file is not None and best.origin:  # put here now: uploaded as the run's checkpoints/best.ckpt
                 for logger in trainer.loggers:
                     logger.after_save_checkpoint(self)

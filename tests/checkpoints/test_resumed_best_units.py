@@ -111,3 +111,17 @@ def test_in_its_own_folder_the_best_is_named_from_the_state_without_reading_the_
         "recipes: resuming run run from epoch 10, step 150 (last); best so far: epoch 3, val/loss 0.5119 "
         "(run/best.ckpt)"
     )
+
+
+def test_a_resumed_best_ckpt_is_its_own_best_when_the_run_went_on(tmp_path):
+    """`--ckpt_path` of a best.ckpt (a branch): the old run's best.ckpt has moved on; the resumed file is the best."""
+    old, new = tmp_path / "a" / "run", tmp_path / "a" / "branch"
+    best_file(old / "best.ckpt", old, 0.40, epoch=9, step=100)  # the old run's newer best
+    resumed = tmp_path / "copy" / "best.ckpt"
+    resumed.parent.mkdir()
+    torch.save({"epoch": 2, "global_step": 30, "callbacks": {KEY: state(old, 0.5119, best_epoch=2, best_step=30)}},
+               resumed)
+    kept = restore_best(state(old, 0.5119, best_epoch=2, best_step=30), str(new), KEY, 30, no_store, str(resumed))
+    assert kept.file is not None and (kept.file.epoch, kept.file.step) == (2, 30)
+    assert kept.origin == f"copied from {resumed}"
+    assert torch.load(new / "best.ckpt", weights_only=True)["global_step"] == 30
