@@ -33,15 +33,16 @@ def last_step(client: Any, run_id: str) -> int | None:
 
 def link_metrics_of_step(client: Any, run_id: str, model_id: str, step: int) -> dict[str, float]:
     """Link every metric the run logged at ``step`` to the logged model ``model_id`` (the same entries, with the
-    model's id: the run's history gains nothing); the linked values by name."""
+    model's id: the run's history gains nothing; a metric logged twice at the step, as Lightning's ``epoch`` is, is
+    linked once, its latest entry); the linked values by name."""
     from mlflow.entities import Metric  # noqa: PLC0415
 
-    linked = [
-        Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id, run_id=run_id)
-        for key in client.get_run(run_id).data.metrics
-        for m in client.get_metric_history(run_id, key)
-        if m.step == step and m.model_id is None
-    ]
+    latest = {}
+    for key in client.get_run(run_id).data.metrics:
+        at_step = [m for m in client.get_metric_history(run_id, key) if m.step == step and m.model_id is None]
+        if at_step:
+            latest[key] = max(at_step, key=lambda m: m.timestamp)
+    linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id, run_id=run_id) for m in latest.values()]
     if linked:
         client.log_batch(run_id, metrics=linked)
     return {m.key: m.value for m in linked}

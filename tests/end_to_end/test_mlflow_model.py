@@ -47,16 +47,17 @@ def test_the_registered_model_predicts_raw_rows_as_recipes_predict(registered):
     directory, raw = registered
     mlflow.set_tracking_uri(f"sqlite:///{directory / 'mlflow.db'}")
     fit = runs_of(directory, "tabular_mlp")[0]
-    assert fit.data.tags[MODEL_TAG] == f"runs:/{fit.info.run_id}/model"  # the run's artifact folder model/
     client = mlflow.MlflowClient()
-    assert "model/MLmodel" in {a.path for a in client.list_artifacts(fit.info.run_id, "model")}
+    (logged,) = client.search_logged_models([fit.info.experiment_id])  # an MLflow 3 logged model of the run (issue 30)
+    assert logged.source_run_id == fit.info.run_id and fit.data.tags[MODEL_TAG] == f"models:/{logged.model_id}"
+    assert "MLmodel" in {a.path for a in client.list_logged_model_artifacts(logged.model_id)}
     model = mlflow.pyfunc.load_model("models:/churn/1")
     inputs = [c.name for c in model.metadata.signature.inputs.inputs]
     assert inputs == ["tenure_months", "monthly_charges", "support_calls", "age", "plan", "region", "payment"]
     outputs = [c.name for c in model.metadata.signature.outputs.inputs]
     assert outputs == ["row", "prediction", "prob_no", "prob_yes"]
     version = mlflow.MlflowClient().get_model_version("churn", "1")
-    assert version.run_id == fit.info.run_id
+    assert version.run_id == fit.info.run_id and version.source == f"models:/{logged.model_id}"
     served = model.predict(raw)
     expected = recipes_predict(directory, raw, "new")
     assert list(served.columns) == list(expected.columns) and len(served) == len(raw) == 40

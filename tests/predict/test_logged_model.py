@@ -44,6 +44,7 @@ def test_the_fit_logs_one_logged_model_linked_to_its_run_and_best_metrics_and_re
     best = torch.load(registered / "checkpoints" / "spiral_mlp" / run.info.run_id / "best.ckpt", weights_only=False)
     (state,) = [s for key, s in best["callbacks"].items() if "best" in key.lower() or s.get("monitor")]
     monitor, score = state["monitor"], float(state["best_model_score"])
+    assert len({m.key for m in model.metrics}) == len(model.metrics)  # each metric linked once (epoch: twice a step)
     linked = {m.key: m for m in model.metrics}
     assert linked[monitor].value == pytest.approx(score, abs=1e-6)
     assert linked["epoch"].value == best["epoch"]
