@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from jsonargparse import Namespace
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -120,8 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     from recipes.sweep.space import SweepSpaceError, as_cli_value, read_sweep_file  # noqa: PLC0415
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    # every trial (and the parse of the recipe below) hands LightningCLI its arguments on purpose; its warning about
+    # that repeated the whole command line, --storage password included, before each
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     try:
         options, fit_args, sweep_path = split_arguments(argv)
+        if not is_follower():  # a DDP follower never opens the study
+            options.storage = usable_storage(options.storage)  # before the recipe is parsed (and seeded)
         sweep = read_sweep_file(sweep_path)
         # every swept key at one of its values: a key the recipe does not take, or a value of the wrong type, is one
         # error line now, not a failure of every trial
@@ -129,7 +135,6 @@ def main(argv: list[str] | None = None) -> int:
         check_tracked(cfg)
         if is_follower():  # a DDP process started for rank 0's trials: it runs them, never asks the study
             return follow(fit_args)
-        options.storage = usable_storage(options.storage)
         return run_sweep(options, fit_args, sweep, cfg)
     except (SweepError, SweepSpaceError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

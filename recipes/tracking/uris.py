@@ -39,8 +39,8 @@ def check_tracking_server(uri: str) -> None:
         try:
             check_database(uri, "tracking store")
         except DatabaseUnavailable as err:
-            raise TrackingServerUnreachable(f"{err} (MLFLOW_TRACKING_URI / trainer.logger.init_args.tracking_uri; "
-                                            "unset it to track in ./mlflow.db)") from None
+            raise TrackingServerUnreachable(f"{err}; the URL is MLFLOW_TRACKING_URI or trainer.logger.init_args."
+                                            "tracking_uri (unset, runs are tracked in ./mlflow.db)") from None
         return
     if not is_server_uri(uri):
         return
