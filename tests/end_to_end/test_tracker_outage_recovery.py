@@ -23,7 +23,9 @@ from tests.mlflow_server import MlflowServer
 
 BACK_MARKER_ENV = "LOOPWISE_TEST_SERVER_BACK_MARKER"
 AFTER_BACK_ENV = "LOOPWISE_TEST_EPOCHS_AFTER_BACK_S"
-OUTAGE_S = 5  # the server is away this long, and its restart takes ~20 s more on 2 busy cores
+# the server is away this long, and its restart takes ~20 s more on 2 busy cores (LOOPWISE_TEST_OUTAGE_S=30: the
+# issue's 50 s outage)
+OUTAGE_S = float(os.environ.get("LOOPWISE_TEST_OUTAGE_S", "5"))
 EPOCHS_BEFORE_OUTAGE = 3
 AFTER_BACK_S = 10  # training goes on this long after the server answers again: the run catches up meanwhile
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+\s+step (\d+)\s")
@@ -136,4 +138,4 @@ def test_a_server_away_mid_fit_never_stalls_the_loop_and_the_run_catches_up_by_i
     assert sorted(m.step for m in client.get_metric_history(run_id, "val/loss")) == steps
     print(f"usual epoch {usual:.2f} s, longest gap {max(gaps):.2f} s, server away {back - gone:.1f} s, "
           f"{len(in_outage)} epochs meanwhile, caught up {caught_up[0][0] - back:.1f} s after it was back; "
-          f"{len(steps)} epochs")
+          f"{len(steps)} epochs\n{warning}\n{caught_up[0][1]}")
