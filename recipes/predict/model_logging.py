@@ -84,6 +84,9 @@ class MlflowModel(Callback):
             best=best,
         )
         self.model_uri, self.version = info
+        if self.model_uri is None:  # the store failed (its one warning was printed): nothing more to write to it
+            print("recipes: MLflow model not logged: the tracking store failed", file=sys.stderr)
+            return
         run.set_tag(MODEL_TAG, self.model_uri)
         registered = f", registered as {self.register_as} version {self.version}" if self.version else ""
         print(f"recipes: MLflow model {self.model_uri} ({Path(checkpoint).name}){registered}", file=sys.stderr)

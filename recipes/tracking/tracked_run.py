@@ -106,13 +106,14 @@ class TrackedRun:
         registered_model_name: str | None = None,
         name: str = "model",
         best: tuple[str, float] | None = None,
-    ) -> tuple[str, str | None]:
+    ) -> tuple[str | None, str | None]:
         """Log an MLflow pyfunc model "from code" (``code_path``) as an MLflow 3 logged model ``name`` of this run
         (``recipes.tracking.logged_model``), with a signature inferred from ``input_example`` (inputs, outputs), and
         register it as a new version of ``registered_model_name`` when given. ``best`` (monitored metric, its best
         value) picks the step whose metrics are linked to the model (the best checkpoint's); without it, the run's
         last logged step. Returns the model's URI (``models:/<model id>``) and the registered version (``None`` when
-        not registered). Only this run's client is used: MLflow's global tracking URI (and the
+        not registered); a store that refuses it is the run's store failure (one warning, the fit goes on: ``None,
+        None``). Only this run's client is used: MLflow's global tracking URI (and the
         ``MLFLOW_TRACKING_URI`` it exports) stay as they are."""
         import mlflow
         from mlflow.models import infer_signature
@@ -127,8 +128,8 @@ class TrackedRun:
             example = input_example[0]
             signature = infer_signature(input_example[0], input_example[1])
         self.flush_metrics()  # the metrics to link are in the store
-        step = best_step(client, run_id, *best) if best is not None else None
-        step = last_step(client, run_id) if step is None else step
+        step = self._write(lambda: best_step(client, run_id, *best)) if best is not None else None
+        step = self._write(lambda: last_step(client, run_id)) if step is None else step
 
         def save(path: str, mlflow_model: Any) -> None:
             mlflow.pyfunc.save_model(
@@ -144,11 +145,14 @@ class TrackedRun:
             )
 
         checkpoint = {"loopwise.checkpoint": Path(artifacts["checkpoint"]).name} if "checkpoint" in artifacts else {}
-        model_id = log_logged_model(client, run_id, name, step, checkpoint, save)
-        uri = f"{MODEL_URI_PREFIX}{model_id}"
-        if registered_model_name is None:
-            return uri, None
-        return uri, register_logged_model(client, registered_model_name, model_id, run_id)
+
+        def log() -> tuple[str | None, str | None]:
+            model_id = log_logged_model(client, run_id, name, step, checkpoint, save)
+            version = register_logged_model(client, registered_model_name, model_id, run_id) if (
+                registered_model_name is not None) else None  # fmt: skip
+            return f"{MODEL_URI_PREFIX}{model_id}", version
+
+        return self._write(log, (None, None))
 
     def logged_params(self) -> dict[str, str]:
         """The params the run holds now (as MLflow stores them: strings)."""
