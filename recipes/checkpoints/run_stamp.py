@@ -75,6 +75,9 @@ class RunContinuity(Callback):
             "step": str(trainer.global_step),
         }
         self.saved_step = trainer.global_step
+        dumped = getattr(run.logger, "checkpoint_dumped", None)
+        if callable(dumped):  # its facts are tagged on the run when the file is uploaded (RecipeLogger)
+            dumped(checkpoint)
         # before the file exists, every metric logged so far is in the store: a hard kill after this save loses
         # nothing up to the checkpoint that a resume restarts from (MLflow's async queue waits up to 5 s otherwise)
         run.flush_metrics()

@@ -80,18 +80,43 @@ def facts_from_tags(tags: dict[str, str], alias: str) -> CheckpointFacts | None:
                            found["mode"], number(found["value"], float), number(found["time"], int))
 
 
-def uploaded_checkpoint_tags(local_file: str | Path, alias: str) -> dict[str, str]:
-    """The tags for ``local_file`` uploaded as the run's ``<alias>.ckpt``: its facts (read weights only,
-    memory-mapped: the tensors are not read) and its modification time. ``{}`` when the file cannot be read."""
-    import torch  # noqa: PLC0415
-
-    try:
-        ckpt = torch.load(local_file, weights_only=True, map_location="cpu", mmap=True)
-        saved = int(os.stat(local_file).st_mtime * 1000)
-    except Exception:  # noqa: BLE001  (a file that is not a checkpoint: nothing to say about it)
-        return {}
-    facts = facts_of(ckpt, alias)
+def checkpoint_tags(facts: CheckpointFacts, alias: str, local_file: str | Path) -> dict[str, str]:
+    """The tags for ``local_file`` uploaded as the run's ``<alias>.ckpt``: its ``facts`` (taken from the checkpoint
+    dict when it was written: the file is not read again) and the file's modification time."""
+    saved = int(os.stat(local_file).st_mtime * 1000)
     return facts_tags(CheckpointFacts(facts.epoch, facts.step, facts.monitor, facts.mode, facts.score, saved), alias)
+
+
+class FileFacts:
+    """What each checkpoint file of a run holds, kept by the logger until the file is uploaded: ``dumped`` is told the
+    checkpoint dict being written (``RunContinuity.on_save_checkpoint``), ``saved`` the callback whose file it became
+    (Lightning's ``after_save_checkpoint``), ``run_tags`` gives the tags of an uploaded version."""
+
+    def __init__(self) -> None:
+        self._dumped: dict[str, CheckpointFacts] | None = None
+        self._files: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}  # name -> (file version, tags)
+
+    def dumped(self, checkpoint: dict[str, Any]) -> None:
+        """The checkpoint dict being written now."""
+        self._dumped = {name: facts_of(checkpoint, name) for name in ("best", "last")}
+
+    def saved(self, artifact_files: dict[str, str]) -> None:
+        """``{name: file}`` of the callback that just wrote its file: a file whose version is new holds the dict."""
+        for name, path in artifact_files.items():
+            if self._dumped is None or not path or not os.path.isfile(path):
+                continue
+            version = os.stat(path)
+            identity = (version.st_ino, version.st_size, version.st_mtime_ns)  # uploads.file_identity
+            if self._files.get(name, (None,))[0] != identity:
+                self._files[name] = (identity, checkpoint_tags(self._dumped.get(name, CheckpointFacts()), name, path))
+
+    def run_tags(self, name: str, identity: tuple[int, int, int]) -> list[Any]:
+        """MLflow ``RunTag``s of version ``identity`` of ``name`` (none when it is not the version whose facts are
+        known)."""
+        from mlflow.entities import RunTag  # noqa: PLC0415
+
+        version, tags = self._files.get(name, (None, {}))
+        return [RunTag(key, value) for key, value in tags.items()] if version == identity else []
 
 
 def who_ran(tags: dict[str, str]) -> str:
@@ -100,4 +125,4 @@ def who_ran(tags: dict[str, str]) -> str:
     return f"{user}@{host}" if user and host else user or (f"@{host}" if host else "")
 
 
-__all__ = ["CheckpointFacts", "facts_from_tags", "facts_of", "facts_tags", "uploaded_checkpoint_tags", "who_ran"]
+__all__ = ["CheckpointFacts", "facts_from_tags", "FileFacts", "facts_of", "facts_tags", "checkpoint_tags", "who_ran"]

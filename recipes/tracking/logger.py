@@ -18,7 +18,7 @@ from lightning_modules.compat import (
     mlflow_logger_run_created, mlflow_logger_unbuffered, mlflow_logger_uploaded_files,
 )
 from recipes.tracking.uploads import LEDGER_NAME, CheckpointUploader, UploadLedger, file_identity
-from recipes.tracking.checkpoint_facts import uploaded_checkpoint_tags
+from recipes.tracking.checkpoint_facts import FileFacts
 from recipes.tracking.held_metrics import HeldMetrics
 from recipes.tracking.catch_up import ServerCatchUp
 from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, short_reason: used from here too)
@@ -97,6 +97,7 @@ class RecipeLogger(MLFlowLogger):
             self._upload_file, checkpoint_upload_interval, on_uploaded=self._uploaded, on_failed=self.store_failed
         )
         self._ledger: UploadLedger | None = None  # which checkpoint versions reached the run (recipe fits)
+        self._file_facts = FileFacts()  # what each checkpoint file holds, tagged on the run when it is uploaded
         self.resumed = run_id is not None
         self._name_after_id = run_name is None and run_id is None  # renamed <experiment>-<id> once the run exists
         self.killed_by: str | None = None  # the signal that stopped training (``mark_killed``), if any
@@ -309,9 +310,16 @@ class RecipeLogger(MLFlowLogger):
             for key, value in (self.tags or {}).items():
                 self.experiment.set_tag(self.run_id, key, str(value))
 
+    def checkpoint_dumped(self, checkpoint: dict[str, Any]) -> None:
+        """The checkpoint being written now (``RunContinuity``): its facts are tagged when its file is uploaded."""
+        self._file_facts.dumped(checkpoint)
+
     def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
         """Remember every checkpoint callback (Lightning's logger keeps only the latest); upload now for "all"."""
         self._checkpoint_callbacks[checkpoint_callback.state_key] = checkpoint_callback
+        artifact_files = getattr(checkpoint_callback, "artifact_files", None)
+        if callable(artifact_files):
+            self._file_facts.saved(artifact_files())
         if mlflow_logger_log_model(self) == "all":
             self.upload_checkpoints(checkpoint_callback)
 
@@ -372,20 +380,18 @@ class RecipeLogger(MLFlowLogger):
 
     def _upload_file(self, local_file: str, name: str) -> None:
         """Send one staged ``<name>.ckpt`` to the run's ``checkpoints/`` artifact directory (replacing it); a store
-        that refuses it is the uploader's ``on_failed``, ``store_failed`` (the checkpoint stays on disk). Then the
-        run is tagged with what the sent file holds (``loopwise.<name>.epoch``, ``.value``, ...:
-        ``recipes.tracking.checkpoint_facts``), so ``--ckpt_path best|last`` elsewhere ranks runs without fetching."""
+        that refuses it is the uploader's ``on_failed``, ``store_failed`` (the checkpoint stays on disk)."""
         self.experiment.log_artifact(self.run_id, local_file, CHECKPOINT_ARTIFACT_DIR)
-        from mlflow.entities import RunTag  # noqa: PLC0415
-
-        tags = [RunTag(key, value) for key, value in uploaded_checkpoint_tags(local_file, name).items()]
-        if tags:
-            self.experiment.log_batch(self.run_id, tags=tags, synchronous=True)
 
     def _uploaded(self, name: str, identity: tuple[int, int, int]) -> None:
-        """An upload went through: the ledger records that version (``recipes sync`` does not send it again)."""
+        """An upload went through: the ledger records that version (``recipes sync`` does not send it again), and the
+        run is tagged with what that file holds (``loopwise.<name>.epoch``, ``.value``, ...:
+        ``recipes.tracking.checkpoint_facts``), so ``--ckpt_path best|last`` elsewhere ranks runs without fetching."""
         if self._ledger is not None:
             self._ledger.mark(str(self.run_id), name, identity)
+        tags = self._file_facts.run_tags(name, identity)
+        if tags:
+            self.experiment.log_batch(self.run_id, tags=tags, synchronous=True)
 
 
 def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:
