@@ -16,10 +16,12 @@ from tests.conftest import free_port
 
 
 class MlflowServer:
-    """``mlflow server`` in ``root`` (``server.db``, ``artifacts/``, ``server.log``) on a free port of 127.0.0.1."""
+    """``mlflow server`` in ``root`` (``server.db``, ``artifacts/``, ``server.log``) on a free port of 127.0.0.1;
+    ``backend_store_uri``: another backend store (a PostgreSQL database) instead of ``server.db``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, backend_store_uri: str | None = None) -> None:
         self.root, self.port, self.proc = root, free_port(), None
+        self.backend_store_uri = backend_store_uri or f"sqlite:///{root / 'server.db'}"
         self.uri = f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 180) -> None:
@@ -30,7 +32,7 @@ class MlflowServer:
         command = [str(mlflow)] if mlflow.exists() else [sys.executable, "-m", "mlflow"]
         log = (self.root / "server.log").open("a")
         self.proc = subprocess.Popen(
-            [*command, "server", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
+            [*command, "server", "--backend-store-uri", self.backend_store_uri,
              "--artifacts-destination", str(self.root / "artifacts"),
              "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
             cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

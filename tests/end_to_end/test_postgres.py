@@ -1,5 +1,6 @@
-"""PostgreSQL as a team uses it, against a real server (``tests/postgres_server.py``): two ``recipes sweep`` workers
-on one ``--storage postgresql://...`` study, a fit tracked straight into ``MLFLOW_TRACKING_URI=postgresql://...``, and
+"""PostgreSQL as a team uses it, against a real server (``tests/postgres_server.py``): an ``mlflow server`` on
+``--backend-store-uri postgresql://...`` and two ``recipes sweep`` workers tracking there, on one ``--storage
+postgresql://...`` study; a fit tracked straight into ``MLFLOW_TRACKING_URI=postgresql://...``; and
 one ``recipes: error:`` line (password masked, no traceback, nothing trained) from fit, sweep and compare for a
 missing driver, a port where nothing listens and a wrong password."""
 
@@ -15,6 +16,7 @@ from optuna.trial import TrialState
 
 from recipes.cli import main
 from tests.conftest import SPIRAL, recipes_env
+from tests.mlflow_server import MlflowServer
 from tests.postgres_server import PASSWORD, PostgresServer, free_port, postgres  # noqa: F401 (the fixture)
 from tests.sweep_runs import SHORT, SWEEP
 
@@ -31,14 +33,26 @@ def tracking_db(postgres: PostgresServer) -> str:  # noqa: F811
 
 
 @pytest.mark.slow
-def test_two_sweep_workers_share_one_study_in_postgresql_and_track_there(postgres, tracking_db, workdir):  # noqa: F811
+def test_two_sweep_workers_one_postgresql_study_and_a_server_on_postgresql(postgres, workdir, tmp_path_factory):
+    # the team's setup (README, "The whole team on PostgreSQL"): the server's store and the study in one PostgreSQL,
+    # both written postgresql:// as PostgreSQL documents them
+    server = MlflowServer(tmp_path_factory.mktemp("server"), postgres.create_database("mlflow_server"))
     storage = postgres.create_database("optuna_team")
-    command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), *SHORT,
-               "--trainer.max_epochs", "2", "--n_trials", "2", "--storage", storage]
-    env = {**recipes_env(), "MLFLOW_TRACKING_URI": tracking_db, "OMP_NUM_THREADS": "1"}
-    workers = [subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True) for _ in range(2)]
-    outputs = [w.communicate(timeout=400)[0] for w in workers]
+    server.start()
+    try:
+        command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), *SHORT,
+                   "--trainer.max_epochs", "2", "--n_trials", "2", "--storage", storage]
+        env = {**recipes_env(), "MLFLOW_TRACKING_URI": server.uri, "OMP_NUM_THREADS": "1"}
+        workers = [subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True) for _ in range(2)]
+        outputs = [w.communicate(timeout=400)[0] for w in workers]
+        check_sweep(MlflowClient(server.uri), storage, workers, outputs)
+    finally:
+        server.stop()
+
+
+def check_sweep(client: MlflowClient, storage: str, workers: list[subprocess.Popen], outputs: list[str]) -> None:
+    """One study of 2 complete trials, each a FINISHED run under one FINISHED parent, with the trial's value."""
     assert [w.returncode for w in workers] == [0, 0], [out[-3000:] for out in outputs]
     leaks = [line for out in outputs for line in out.splitlines() if PASSWORD in line]
     assert not leaks  # the storage is shown as postgresql://loopwise:***@...
@@ -48,7 +62,6 @@ def test_two_sweep_workers_share_one_study_in_postgresql_and_track_there(postgre
     values = {t.number: t.value for t in study.trials}
     assert all(0.0 < v <= 1.0 for v in values.values())  # val/acc, best of each trial's validations
 
-    client = MlflowClient(tracking_db)
     experiment = client.get_experiment_by_name("spiral_mlp")
     runs = client.search_runs([experiment.experiment_id])
     [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
@@ -60,6 +73,7 @@ def test_two_sweep_workers_share_one_study_in_postgresql_and_track_there(postgre
         history = client.get_metric_history(run.info.run_id, "val/acc")
         number = int(run.data.tags["loopwise.sweep.trial"])
         assert len(history) == 2 and max(m.value for m in history) == pytest.approx(values[number])
+        assert "config.yaml" in {f.path for f in client.list_artifacts(run.info.run_id)}  # the server's artifacts
 
 
 def test_a_fit_tracks_straight_into_postgresql(tracking_db, workdir, monkeypatch):
