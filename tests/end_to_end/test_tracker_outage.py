@@ -10,60 +10,22 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import warnings
 from pathlib import Path
 
 import pytest
 from lightning.pytorch.callbacks import Callback
 
-from tests.conftest import REPO, SPIRAL, free_port, recipes_env
+from tests.conftest import REPO, SPIRAL, recipes_env
+from tests.mlflow_server import MlflowServer
 
 SERVER_PGID_ENV = "LOOPWISE_TEST_SERVER_PGID"
 OUTAGE_MARKER = "server-killed.marker"
 
 
-class Server:
-    """``mlflow server`` on 127.0.0.1 with a fixed port, backend store and artifact root, so it can be killed and
-    started again on the same ones."""
-
-    def __init__(self, root: Path) -> None:
-        self.root, self.port, self.proc = root, free_port(), None
-        self.uri = f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        env.pop("MLFLOW_TRACKING_URI", None)
-        mlflow = Path(sys.executable).with_name("mlflow")
-        command = [str(mlflow)] if mlflow.exists() else [sys.executable, "-m", "mlflow"]
-        log = (self.root / "server.log").open("a")
-        self.proc = subprocess.Popen(
-            [*command, "server", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-             "--artifacts-destination", str(self.root / "artifacts"),
-             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
-            cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start:\n{(self.root / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(20)
-
-
 @pytest.fixture
 def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = Server(tmp_path_factory.mktemp("server"))
+    srv = MlflowServer(tmp_path_factory.mktemp("server"))
     srv.start()
     try:
         yield srv
@@ -82,7 +44,7 @@ class KillServerAfterFirstEpoch(Callback):
         Path(OUTAGE_MARKER).write_text("killed")
 
 
-def start_fit(workdir: Path, server: Server, epochs: int) -> subprocess.Popen:
+def start_fit(workdir: Path, server: MlflowServer, epochs: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": server.uri,
            SERVER_PGID_ENV: str(server.proc.pid)}  # fmt: skip
     for key in list(env):

@@ -3,18 +3,14 @@ fail-fast check for a server that does not answer."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.conftest import SPIRAL, free_port
+from tests.mlflow_server import MlflowServer
 from recipes.cli import main
 
 pytestmark = pytest.mark.slow
@@ -23,44 +19,12 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     """``mlflow server`` on a free port of 127.0.0.1; yields (uri, server directory); stopped afterwards."""
-    root = tmp_path_factory.mktemp("server")
-    port = free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no background job workers
-    env.pop("MLFLOW_TRACKING_URI", None)
-    mlflow = Path(sys.executable).with_name("mlflow")
-    command = [str(mlflow)] if mlflow.exists() else [sys.executable, "-m", "mlflow"]
-    log = (root / "server.log").open("w")
-    proc = subprocess.Popen(
-        [
-            *command, "server",
-            "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-            "--artifacts-destination", str(root / "artifacts"),
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-        ],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    uri = f"http://127.0.0.1:{port}"
+    server = MlflowServer(tmp_path_factory.mktemp("server"))
+    server.start()
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield uri, root
+        yield server.uri, server.root
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        log.close()
+        server.stop()
 
 
 @pytest.mark.fresh_store  # asserts about the store's creation (or its absence)
