@@ -35,9 +35,9 @@ from recipes.compare.rows import RunsTable, build_table
 from recipes.compare.runs import STAGE_TAG, STAGES, check_sqlite, find_experiments, search_runs
 from recipes.compare.sort import KEYS, parse_sort, sort_table
 from recipes.compare.table import format_csv, format_json, format_table, terminal_width
-from recipes.tracking.logger import default_tracking_uri
 from recipes.tracking.database_urls import DatabaseUnavailable, check_database, masked_url, with_installed_driver
-from recipes.tracking.failures import fast_http_failures
+from recipes.tracking.failures import fast_http_failures, short_reason
+from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server, default_tracking_uri
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         run_filter = parse_filter(args.filter)
         check_sqlite(uri)
         check_database(uri, "tracking store")  # PostgreSQL/MySQL: driver, answer, login (one line, password masked)
+        check_tracking_server(uri)  # a server: one request, a few seconds at most, its reason in a few words
         with fast_http_failures(uri):
             client = MlflowClient(tracking_uri=uri)
             if args.sweep:
@@ -155,13 +156,10 @@ def main(argv: list[str] | None = None) -> int:
 
                 return show_sweep(client, args)
             tables = collect_tables(client, args, run_filter)
-    except (CompareError, DatabaseUnavailable) as err:
+    except (CompareError, DatabaseUnavailable, TrackingServerUnreachable) as err:
         return _error(str(err))
     except (MlflowException, RequestException, ConnectionError, OSError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if len(first) > 300:
-            first = first[:297] + "..."
-        return _error(f"cannot read the tracking store at {masked_url(uri)}: {first}")
+        return _error(f"cannot read the tracking store at {masked_url(uri)}: {short_reason(err)}")
 
     write_output(tables, args)
     if args.plot:

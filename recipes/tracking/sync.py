@@ -8,7 +8,8 @@ from pathlib import Path
 from recipes.tracking.experiment_kind import create_experiment
 from recipes.tracking.journal import JOURNAL_NAME, read_journal, replay
 from recipes.tracking.recreated_runs import REPLAYED_FROM_TAG, restore_recreated_run
-from recipes.tracking.uris import default_tracking_uri
+from recipes.tracking.database_urls import with_installed_driver
+from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server, default_tracking_uri
 
 
 def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
@@ -69,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     if not folder.is_dir():
         print(f"recipes: error: {folder} is not a folder of checkpoints (--checkpoints_dir)", flush=True)
         return 2
-    for line in sync_journals(folder, args.tracking_uri or default_tracking_uri()):
+    uri = with_installed_driver(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
+    try:
+        check_tracking_server(uri)  # a server or a database that does not answer: one line, before any write
+    except TrackingServerUnreachable as err:
+        print(f"recipes: error: {err}", flush=True)
+        return 2
+    for line in sync_journals(folder, uri):
         print(f"recipes sync: {line}")
     return 0

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from recipes.compare.command import main
 from recipes.compare.runs import FIT_RUN_TAG, STAGE_TAG
-from tests.conftest import SPIRAL, mlflow_client, runs_of
+from tests.conftest import SPIRAL, free_port, mlflow_client, runs_of
 
 T0 = 1_700_000_000_000  # ms
 LR = "model.init_args.optimizer.init_args.lr"
@@ -335,6 +335,16 @@ def test_tracking_uri_names_another_store(workdir, capsys):
 def test_unreachable_server_exits_2(workdir, capsys):
     assert main(["--tracking-uri", "http://127.0.0.1:1"]) == 2
     assert "http://127.0.0.1:1" in capsys.readouterr().err
+
+
+def test_a_server_that_does_not_answer_is_one_short_line_naming_the_reason_and_the_fix(workdir, capsys):
+    """Issue 30: the line held urllib3's whole wrapping (HTTPConnectionPool(...): Max retries exceeded ...)."""
+    port = free_port()  # nothing listens there
+    assert main(["--tracking-uri", f"http://127.0.0.1:{port}"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"recipes compare: error: the MLflow tracking server at http://127.0.0.1:{port} does not "
+                           "answer ([Errno 111] Connection refused); start it")
+    assert "HTTPConnectionPool" not in line and "Max retries" not in line
 
 
 def test_sweep_trials_still_compare(store, capsys, monkeypatch):

@@ -21,7 +21,7 @@ from mlflow.entities import Metric
 
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from recipes.tracking.sync import main as sync_main
-from tests.conftest import SPIRAL, copy_migrated_store, recipes_env
+from tests.conftest import SPIRAL, copy_migrated_store, free_port, recipes_env
 from tests.resume_runs import TINY
 
 
@@ -260,3 +260,14 @@ def test_recipes_sync_in_a_stale_directory_leaves_a_run_finished_elsewhere_as_it
         (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("recipes sync:")]
         assert f"run {run_id}: nothing written (0 metric value(s), 0 param(s), 0 tag(s))" in line, line
         assert "status kept FINISHED (the store's, set " in line and "than the journal's KILLED at" in line, line
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "http"])
+def test_sync_to_a_store_that_does_not_answer_is_one_line_before_any_write(tmp_path, capsys, scheme):
+    """`recipes sync --tracking_uri` names a database or server that does not answer: one line, password masked."""
+    (tmp_path / "checkpoints").mkdir()
+    port = free_port()  # nothing listens there
+    uri = f"postgresql://team:s3cret@127.0.0.1:{port}/mlflow" if scheme == "postgresql" else f"http://127.0.0.1:{port}"
+    assert sync_main(["--checkpoints_dir", str(tmp_path / "checkpoints"), "--tracking_uri", uri]) == 2
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("recipes: error: ") and "does not answer" in line and "s3cret" not in line
