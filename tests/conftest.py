@@ -71,10 +71,14 @@ LONGEST_FIRST = (
     "tests/checkpoints/test_exact_resume.py",
     "tests/tracking/test_record_branches.py",
     "tests/tracking/test_tracker_durability.py",
-    "tests/datamodules/test_digits.py",
+    "tests/end_to_end/test_postgres.py",
     "tests/checkpoints/test_resume.py",
     "tests/sweep/test_sweep.py",
     "tests/run/test_torch_threads.py",
+    "tests/tracking/test_sync_merge.py",
+    "tests/predict/test_logged_model.py",
+    "tests/checkpoints/test_best_in_store.py",
+    "tests/checkpoints/test_resume_elsewhere.py",
 )
 
 
