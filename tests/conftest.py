@@ -10,6 +10,8 @@ test module).
   start, of a missing or an old store); ``clean_workdir(name, store=False)`` for a module-scoped one.
 - one torch thread in every test (autouse ``one_thread``): the suite runs on 2 xdist workers on 2 cores.
 - ``recipes_env()`` and ``two_process_command()``: the environment and command line of a recipe run in a subprocess.
+- ``postgres``: one real PostgreSQL server for the session (``tests/postgres_server.py``), shared by the modules that
+  use it.
 - ``--dist loadfile`` scheduling: every test module runs whole on one worker (its module-scoped fits are made once);
   the heaviest process-spawning modules (``HEAVY_MODULES``) are one unit, so two of them never run at once.
 """
@@ -27,6 +29,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.postgres_server import postgres  # noqa: F401 (the session's PostgreSQL server fixture)
 
 # nothing in the tests reaches the Hugging Face hub: a tokenizer or model name that is not a local directory is looked
 # up in the local cache only (read when huggingface_hub is imported, so set before any test module imports it)

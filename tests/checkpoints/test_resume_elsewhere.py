@@ -20,13 +20,12 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
 
 from recipes.cli import main
 from tests.conftest import SPIRAL, copy_migrated_store
+from tests.team_runs import WORSE_LATER, best_of
 
 EXPERIMENT = "spiral_mlp"
-WORSE_LATER = ["--model.monitor", "val/acc", "--model.monitor_mode", "min"]  # accuracy rises: epoch 1 is "best"
 SMALL = ["--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2", "--system_metrics_interval", "0"]
 
 
@@ -42,13 +41,6 @@ def fit(directory: Path, *extra: str) -> tuple[str, list[str]]:
     finally:
         os.chdir(cwd)
     return out.getvalue(), [str(w.message) for w in caught]
-
-
-def best_of(path: Path) -> tuple[int, int, float]:
-    """(epoch counted from 1, global step, monitored value) that a ``best.ckpt`` says about itself."""
-    ckpt = torch.load(path, weights_only=True, map_location="cpu")
-    (state,) = [s for k, s in ckpt["callbacks"].items() if "'alias': 'best'" in k]
-    return ckpt["epoch"] + 1, ckpt["global_step"], float(state["best_model_score"])
 
 
 @pytest.fixture(scope="module")

@@ -17,14 +17,14 @@ from optuna.trial import TrialState
 from recipes.cli import main
 from tests.conftest import SPIRAL, recipes_env
 from tests.mlflow_server import MlflowServer
-from tests.postgres_server import PASSWORD, PostgresServer, free_port, postgres  # noqa: F401 (the fixture)
+from tests.postgres_server import PASSWORD, PostgresServer, free_port
 from tests.sweep_runs import SHORT, SWEEP
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def tracking_db(postgres: PostgresServer) -> str:  # noqa: F811
+def tracking_db(postgres: PostgresServer) -> str:
     """A team's MLflow database on the server (``postgresql://``, no driver named), its tables made once, as the
     team's ``mlflow server`` or first run makes them."""
     url = postgres.create_database("mlflow_team")

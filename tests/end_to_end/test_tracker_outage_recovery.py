@@ -10,55 +10,21 @@ import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
-from lightning.pytorch.callbacks import Callback
 
 from recipes.tracking.failures import NO_ANSWER_REASONS
 from tests.conftest import REPO, SPIRAL
 from tests.mlflow_server import MlflowServer
+from tests.team_runs import AFTER_BACK_ENV, SERVER_BACK_MARKER_ENV, TimedLines
 
-BACK_MARKER_ENV = "LOOPWISE_TEST_SERVER_BACK_MARKER"
-AFTER_BACK_ENV = "LOOPWISE_TEST_EPOCHS_AFTER_BACK_S"
 # the server is away this long, and its restart takes ~20 s more on 2 busy cores (LOOPWISE_TEST_OUTAGE_S=30: the
 # issue's 50 s outage)
 OUTAGE_S = float(os.environ.get("LOOPWISE_TEST_OUTAGE_S", "5"))
 EPOCHS_BEFORE_OUTAGE = 3
 AFTER_BACK_S = 10  # training goes on this long after the server answers again: the run catches up meanwhile
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+\s+step (\d+)\s")
-
-
-class StopSoonAfterTheServerIsBack(Callback):
-    """Ends training (normally: the run ends FINISHED) ``AFTER_BACK_S`` seconds after the test says the server is
-    back (a marker file), so the fit outlasts the outage whatever the speed of the machine."""
-
-    def __init__(self) -> None:
-        self.back_since: float | None = None
-
-    def on_train_epoch_end(self, trainer, pl_module):
-        if self.back_since is None and Path(os.environ[BACK_MARKER_ENV]).is_file():
-            self.back_since = time.monotonic()
-        if self.back_since is not None and time.monotonic() - self.back_since >= float(os.environ[AFTER_BACK_ENV]):
-            trainer.should_stop = True
-
-
-class TimedLines:
-    """The lines of a process's stream, each with the monotonic time it was read (a reader thread)."""
-
-    def __init__(self, stream) -> None:
-        self.lines: list[tuple[float, str]] = []
-        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self.thread.start()
-
-    def _read(self, stream) -> None:
-        for line in stream:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def text(self) -> str:
-        return "\n".join(line for _, line in self.lines)
 
 
 @pytest.fixture
@@ -78,11 +44,11 @@ def test_a_server_away_mid_fit_never_stalls_the_loop_and_the_run_catches_up_by_i
     marker = workdir / "server-back.marker"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}  # MLflow's defaults
     env.update({"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "MLFLOW_TRACKING_URI": server.uri,
-                BACK_MARKER_ENV: str(marker), AFTER_BACK_ENV: str(AFTER_BACK_S)})  # fmt: skip
+                SERVER_BACK_MARKER_ENV: str(marker), AFTER_BACK_ENV: str(AFTER_BACK_S)})  # fmt: skip
     fit = subprocess.Popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", "2000",
          "--mlflow_model", "false",
-         "--trainer.callbacks+=tests.end_to_end.test_tracker_outage_recovery.StopSoonAfterTheServerIsBack"],
+         "--trainer.callbacks+=tests.team_runs.StopSoonAfterTheServerIsBack"],
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     out, err = TimedLines(fit.stdout), TimedLines(fit.stderr)

@@ -23,6 +23,7 @@ from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal
 from recipes.tracking.sync import main as sync_main
 from tests.conftest import SPIRAL, copy_migrated_store, free_port, recipes_env
 from tests.resume_runs import TINY
+from tests.team_runs import record_of
 
 
 class Attempt:
@@ -59,19 +60,6 @@ class Attempt:
         time.sleep(0.003)
         if self.journal is not None:
             self.journal.close()
-
-
-def record_of(client: mlflow.MlflowClient, run_id: str) -> dict:
-    """The whole record of a run in the store: status, end time, tags, params, every metric history."""
-    run = client.get_run(run_id)
-    return {
-        "status": run.info.status,
-        "end_time": run.info.end_time,
-        "tags": dict(run.data.tags),
-        "params": dict(run.data.params),
-        "metrics": {key: sorted((m.step, m.value, m.timestamp) for m in client.get_metric_history(run_id, key))
-                    for key in run.data.metrics},
-    }
 
 
 @pytest.fixture
