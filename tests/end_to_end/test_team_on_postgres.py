@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from recipes.cli import main
 from recipes.tracking.journal import JOURNAL_NAME
@@ -165,8 +166,6 @@ def test_a_teams_day_on_an_mlflow_server_backed_by_postgresql(postgres: Postgres
                                                         dst_path=str(downloads / "model"), tracking_uri=server.uri)
         model_ckpts = sorted(Path(model_dir).rglob("*.ckpt"))
         assert model_ckpts and all(best_of(p) == expected for p in model_ckpts)
-        import torch
-
         stored_last = client.download_artifacts(run_id, "checkpoints/last.ckpt", str(downloads))
         assert torch.load(stored_last, weights_only=True, map_location="cpu")["global_step"] == epochs[-1][1]
 
