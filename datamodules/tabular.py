@@ -15,6 +15,7 @@ from datamodules.column_encoding import ColumnEncoder, is_numeric_column
 from datamodules.csv_reading import shown_fields
 from datamodules.preprocessing import Standardizer
 from datamodules.table_files import read_table, table_format
+from datamodules.target_kind import TargetKindError, target_kind_error
 from datamodules.tensor_dataset import BatchedTensorDataset
 
 if TYPE_CHECKING:  # pandas is imported when a file is read, not at start-up
@@ -63,6 +64,10 @@ class TabularDataModule(BaseDataModule):
         predict_path: A new table (same format and feature columns as ``path``; the target column may be absent
             and is ignored) that ``predict`` scores row by row, in file order, with the encoding the model was
             trained with (restored from the checkpoint, never fitted on this file). Default: predict the test split.
+        many_classes: Accept a classification target of integral numbers with many distinct values (a real
+            many-class problem). Without it, more than 50 distinct values, or 10 or more of which most occur in one
+            row only, is refused in ``setup`` (``TargetKindError``): such a column is a quantity to predict with
+            ``task: regression``. A regression target of labels (text, ``true``/``false``) is refused too.
     """
 
     save_init_arguments = True
@@ -77,6 +82,7 @@ class TabularDataModule(BaseDataModule):
         task: Literal["classification", "regression"] = "classification",
         class_balance: bool = False,
         predict_path: str | None = None,
+        many_classes: bool = False,
         **kwargs: Any,
     ) -> None:
         if task not in ("classification", "regression"):
@@ -113,6 +119,7 @@ class TabularDataModule(BaseDataModule):
         self.task = task
         self.class_balance = class_balance
         self.predict_path = predict_path
+        self.many_classes = many_classes
         # the encoding: fitted in setup, or restored from a checkpoint with load_state_dict
         self.encoder = self._new_encoder()
         self._restored: dict[str, Any] | None = None
@@ -266,6 +273,12 @@ class TabularDataModule(BaseDataModule):
     def load(self) -> tuple[Tensor, Tensor]:
         """The position of every row of the file, and its target; the whole file is checked first."""
         frame = read_table(self.path)
+        if self._restored is None and self.target in frame.columns:  # the task's kind first: before column details
+            mismatch = target_kind_error(
+                frame[self.target], self.target, self.task, self._where(), NAME, many_classes=self.many_classes
+            )
+            if mismatch:
+                raise TargetKindError(mismatch)
         numeric, categorical = self._resolve_columns(frame)
         if self._restored is None:  # class names from this file's labels, also when an earlier setup failed half-way
             self.encoder = self._new_encoder(numeric, categorical)
