@@ -6,6 +6,10 @@ class (written by loopwise when the model is logged, ``recipes/predict/model_log
 the data module reads them (a DataFrame of raw table columns for ``TabularDataModule``) and returns the columns of
 ``recipes predict``'s CSV (``row``, ``prediction``, ``prob_<class>``). Loading needs loopwise installed (and the
 network's module importable), as ``mlflow models serve --env-manager local`` has.
+
+Bad input (a feature column missing, a NaN or a text in a numeric column, an unreadable image path) is refused by
+the data module's own checks; ``predict`` raises their message as one line in an ``MlflowException`` with
+``INVALID_PARAMETER_VALUE``, which MLflow's scoring server answers with HTTP 400 (no traceback).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import importlib
 from typing import Any
 
 import mlflow
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from lightning.pytorch import LightningDataModule, LightningModule
 
 from recipes.checkpoints.files import load_checkpoint_weights_only
@@ -52,7 +58,17 @@ class LoopwiseModel(mlflow.pyfunc.PythonModel):
 
         (No type hints: MLflow reads them as a schema and warns about ``Any``; the signature logged with the model
         describes the columns.)"""
-        return predict_frame(self.task, self.datamodule, model_input)
+        try:
+            return predict_frame(self.task, self.datamodule, model_input)
+        except (ValueError, TypeError, KeyError, OSError) as error:  # the data module's checks of the raw rows
+            raise input_error(error) from None
+
+
+def input_error(error: BaseException) -> MlflowException:
+    """The data module's complaint about the input rows as one line, an ``MlflowException`` with
+    ``INVALID_PARAMETER_VALUE`` (HTTP 400 from MLflow's scoring server)."""
+    text = " ".join(str(error.args[0] if isinstance(error, KeyError) and error.args else error).split())
+    return MlflowException(f"loopwise model: bad input: {text}", error_code=INVALID_PARAMETER_VALUE)
 
 
 mlflow.models.set_model(LoopwiseModel())

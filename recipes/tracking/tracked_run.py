@@ -108,7 +108,8 @@ class TrackedRun:
         best: tuple[str, float] | None = None,
     ) -> tuple[str | None, str | None]:
         """Log an MLflow pyfunc model "from code" (``code_path``) as an MLflow 3 logged model ``name`` of this run
-        (``recipes.tracking.logged_model``), with a signature inferred from ``input_example`` (inputs, outputs), and
+        (``recipes.tracking.logged_model``), with a signature inferred from ``input_example`` (inputs, outputs; its input columns optional,
+        so the model's own check names a missing one), and
         register it as a new version of ``registered_model_name`` when given. ``best`` (monitored metric, its best
         value) picks the step whose metrics are linked to the model (the best checkpoint's); without it, the run's
         last logged step. Returns the model's URI (``models:/<model id>``) and the registered version (``None`` when
@@ -116,7 +117,8 @@ class TrackedRun:
         None``). Only this run's client is used: MLflow's global tracking URI (and the
         ``MLFLOW_TRACKING_URI`` it exports) stay as they are."""
         import mlflow
-        from mlflow.models import infer_signature
+        from mlflow.models import ModelSignature, infer_signature
+        from mlflow.types.schema import ColSpec, Schema
 
         from recipes.tracking.logged_model import (
             MODEL_URI_PREFIX, best_step, last_step, log_logged_model, register_logged_model,
@@ -127,6 +129,11 @@ class TrackedRun:
         if input_example is not None:
             example = input_example[0]
             signature = infer_signature(input_example[0], input_example[1])
+            columns = signature.inputs.inputs
+            if all(isinstance(c, ColSpec) for c in columns):
+                # optional columns: a missing one reaches the model's own check, whose error names it in one line
+                inputs = Schema([ColSpec(c.type, c.name, required=False) for c in columns])
+                signature = ModelSignature(inputs=inputs, outputs=signature.outputs)
         self.flush_metrics()  # the metrics to link are in the store
         step = self._write(lambda: best_step(client, run_id, *best)) if best is not None else None
         step = self._write(lambda: last_step(client, run_id)) if step is None else step

@@ -3,12 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -17,7 +11,8 @@ import pytest
 
 from recipes.cli import main
 from recipes.predict.model_logging import MODEL_TAG
-from tests.conftest import CONFIGS, REPO, SPIRAL, free_port, runs_of, working_directory
+from tests.conftest import CONFIGS, REPO, SPIRAL, runs_of, working_directory
+from tests.served_models import invoke, served_model
 
 TABULAR = CONFIGS / "tabular_mlp.yaml"
 SHORT = ["--trainer.max_epochs", "2"]
@@ -84,36 +79,10 @@ def test_without_register_model_the_model_is_logged_not_registered_and_can_be_sw
 @pytest.mark.slow
 def test_mlflow_models_serve_answers_with_the_same_predictions(registered):
     directory, raw = registered
-    port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{directory / 'mlflow.db'}",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           # MLflow starts `uvicorn` by name: the interpreter's own scripts first, whether the venv is activated or not
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/churn/1", "--env-manager", "local",
-         "-h", "127.0.0.1", "-p", str(port)],
-        cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the server did not start: {server.stderr.read().decode()[-2000:]}")
-                time.sleep(1)
-        body = json.dumps({"dataframe_split": json.loads(raw.to_json(orient="split", index=False))}).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/invocations", data=body, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            served = pd.DataFrame(json.loads(answer.read())["predictions"])
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with served_model(directory, "models:/churn/1") as port:
+        status, answer = invoke(port, raw)
+    assert status == 200
+    served = pd.DataFrame(answer["predictions"])
     expected = recipes_predict(directory, raw, "served")
     assert served["prediction"].tolist() == expected["prediction"].tolist()
     assert served["prob_yes"].to_numpy() == pytest.approx(expected["prob_yes"].to_numpy(), abs=1e-6)
