@@ -23,6 +23,30 @@ from recipes.tracking.uris import default_tracking_uri
 
 MLFLOW_REF = re.compile(r"^mlflow:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
 RUN_REF = re.compile(r"^run:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
+UNTRAINED = "none"
+"""``--ckpt_path none``: validate/test/predict the network as built (no checkpoint), on purpose."""
+EVALUATIONS = ("validate", "test", "predict")
+CHECKPOINT_CHOICES = "--ckpt_path best|last|run:<id>/best|last|mlflow:<id>/best|last|<file>"
+
+
+def evaluates_as_built(stage: str, ckpt_path: str | None, init_from: Any) -> bool:
+    """Whether ``stage`` runs with no checkpoint at all: ``validate``/``test``/``predict`` with ``--ckpt_path none``.
+
+    Raises ``ValueError`` (one line) for an evaluation with neither ``--ckpt_path`` nor the task's ``init_from``:
+    it would score weights nobody trained; and for ``none`` given to ``fit`` or in another case (``None``)."""
+    if ckpt_path is not None and str(ckpt_path).lower() == UNTRAINED:
+        if stage not in EVALUATIONS:
+            raise ValueError(f"--ckpt_path {ckpt_path}: only validate, test and predict take it; {stage} without "
+                             "--ckpt_path starts from the network as built")
+        if str(ckpt_path) != UNTRAINED:
+            raise ValueError(f"--ckpt_path {ckpt_path}: write --ckpt_path {UNTRAINED} (lower case) to evaluate the "
+                             "untrained network on purpose")
+        return True
+    if stage in EVALUATIONS and not ckpt_path and not init_from:
+        raise ValueError(f"{stage} without --ckpt_path would evaluate a network nobody trained: pass "
+                         f"{CHECKPOINT_CHOICES}, or --ckpt_path {UNTRAINED} to evaluate the untrained network on "
+                         "purpose")
+    return False
 
 
 def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_uri: str | None = None) -> str:

@@ -31,7 +31,7 @@ from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook
 from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
-from recipes.checkpoints.locations import resolve_checkpoint
+from recipes.checkpoints.locations import UNTRAINED, evaluates_as_built, resolve_checkpoint
 from recipes.run.data_sizes import DataSizeError, DataSizes, class_at, data_size_error
 from recipes.run.device_settings import DeviceSettingError, apply_device_settings
 from recipes.tracking.evaluation_link import link_evaluation_run
@@ -72,6 +72,13 @@ def data_init_args(cfg: Namespace) -> dict[str, Any]:
     data = cfg.get("data")
     init_args = data.get("init_args") if isinstance(data, Namespace) else None
     return init_args.as_dict() if isinstance(init_args, Namespace) else {}
+
+
+def init_from_of(cfg: Namespace) -> Any:
+    """The model's ``init_from`` (its initial weights) in a parsed config, ``None`` when it has none."""
+    model = cfg.get("model")
+    init_args = model.get("init_args") if isinstance(model, Namespace) else None
+    return init_args.get("init_from") if isinstance(init_args, Namespace) else None
 
 
 def loop_started(trainer: Trainer) -> bool:
@@ -134,8 +141,12 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             check_trainer_settings(cfg)
             check_learning_rates(cfg)
             self.apply_to_config(cfg, configure_tracking(cfg))
+            as_built = evaluates_as_built(str(self.config.get("subcommand")), cfg.get("ckpt_path"), init_from_of(cfg))
         except (TrackingServerUnreachable, ValueError) as err:
             raise RecipeInputError(str(err)) from None
+        if as_built:  # --ckpt_path none: the network as built, on purpose; the run's tag loopwise.ckpt_path_given
+            self.ckpt_path_given = UNTRAINED
+            self.apply_to_config(cfg, {"ckpt_path": None})
         if cfg.get("ckpt_path"):
             self.ckpt_path_given = str(cfg.ckpt_path)
             self.checkpoint = self.check_checkpoint(cfg)

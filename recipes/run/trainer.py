@@ -18,7 +18,8 @@ CHECKPOINT_FORMS = (
     "``best`` (the best best.ckpt among this recipe's finished fit runs on this data), ``last`` (the newest "
     "last.ckpt of its fit runs), ``run:<run id>/best|last``, ``mlflow:<run id>/best|last`` (a tracked run's "
     "checkpoint artifact, downloaded), or a .ckpt file; read weights-only, and refused with one line when it is "
-    "another recipe's"
+    "another recipe's. validate/test/predict require it (or the model's init_from); ``none`` evaluates the "
+    "untrained network as built, on purpose"
 )
 """What ``--ckpt_path`` takes, in each method's help."""
 

@@ -197,8 +197,8 @@ def start_tracked_run(
             }
             if cfg.get("ckpt_path"):
                 tags["loopwise.ckpt_path"] = cfg.ckpt_path
-                if ckpt_path_given:
-                    tags[CKPT_PATH_GIVEN_TAG] = str(ckpt_path_given)
+            if ckpt_path_given:  # also ``none``: an evaluation of the network as built, on purpose
+                tags[CKPT_PATH_GIVEN_TAG] = str(ckpt_path_given)
             commit = git_commit(Path.cwd())
             if commit:
                 tags["loopwise.git_commit"] = commit

@@ -5,7 +5,7 @@ Lightning's `DistributedSampler` padded 201 test samples to 202 (sample 0 counte
 loss's summed batch sizes in an integer tensor; the data modules now give each rank an unpadded shard
 (`EvaluationShardSampler`) and the loss is a metric whose sums torchmetrics adds over the ranks. The reference runs
 in this process (`recipes.cli.main`); the 2-process runs are `python -m recipes` subprocesses (see tests/end_to_end/test_ddp.py).
-Without `--ckpt_path` a recipe evaluates its freshly initialized network, the same on every rank (seeded).
+With `--ckpt_path none` a recipe evaluates its freshly initialized network, the same on every rank (seeded).
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ def assert_same_metrics(two: dict[str, float], one: dict[str, float], expected: 
     ],
 )
 def test_evaluation_on_two_processes_gives_the_metrics_of_one(tmp_path, monkeypatch, recipe, command, extra, expected):
+    extra = [*extra, "--ckpt_path", "none"]  # the network as built: the same weights on one and two processes
     on_two_processes(tmp_path, command, CONFIGS / f"{recipe}.yaml", *extra)
     one_process(tmp_path, monkeypatch, command, "-c", str(CONFIGS / f"{recipe}.yaml"), *extra)
     two, one = stage_metrics(tmp_path, recipe, command, "val/" if command == "validate" else "test/")
