@@ -36,7 +36,7 @@ def test_an_evaluation_without_ckpt_path_stops_in_one_line_and_makes_no_run(work
 @pytest.mark.parametrize(("stage", "value", "message"), [
     ("test", "None", "--ckpt_path None: write --ckpt_path none (lower case)"),
     ("fit", "none", "--ckpt_path none: only validate, test and predict take it"),
-])
+], ids=["None", "fit"])
 def test_none_in_another_case_or_for_fit_is_one_line(workdir, capsys, stage, value, message):
     assert message in one_line_error(capsys, [stage, "-c", str(SPIRAL), "--ckpt_path", value])
     assert runs_of(workdir, "spiral_mlp") == []
