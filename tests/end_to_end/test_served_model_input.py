@@ -10,6 +10,7 @@ import pytest
 from mlflow.exceptions import MlflowException
 
 from recipes.cli import main
+from recipes.predict.model_logging import MODEL_TAG
 from tests.conftest import CONFIGS, REPO
 from tests.served_models import invoke, served_model
 
@@ -79,3 +80,44 @@ def test_mlflow_models_serve_answers_bad_input_with_http_400_and_no_traceback(ch
     assert "'monthly_charges'" in nan_line and "NaN" in nan_line and "fill or drop" in nan_line
     # the signature's columns are optional: the model's own check names the missing column and the fix
     assert "['age']" in missing_line and "add them" in missing_line
+
+
+IMAGE_RECIPE = """\
+seed_everything: 0
+trainer:
+  max_epochs: 1
+model:
+  class_path: lightning_modules.ClassificationModule
+  init_args:
+    model:
+      class_path: lightning_modules.models.MLP
+      init_args:
+        hidden_sizes: [8]
+data:
+  class_path: datamodules.ImageFolderDataModule
+  init_args:
+    root: shapes
+    image_size: [4, 4]
+    batch_size: 4
+    val_fraction: 0.25
+"""
+
+
+def test_an_image_model_refuses_an_unreadable_image_path_in_one_line(workdir):
+    from PIL import Image
+
+    for colour, rgb in {"red": (200, 40, 40), "blue": (40, 40, 200)}.items():
+        (workdir / "shapes" / colour).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (5, 5), rgb).save(workdir / "shapes" / colour / f"{i}.png")
+    (workdir / "images.yaml").write_text(IMAGE_RECIPE)
+    main(["fit", "-c", str(workdir / "images.yaml")])
+    mlflow.set_tracking_uri(f"sqlite:///{workdir / 'mlflow.db'}")
+    (run,) = mlflow.search_runs(experiment_names=["images"], output_format="list")
+    model = mlflow.pyfunc.load_model(run.data.tags[MODEL_TAG])
+    good = str(workdir / "shapes" / "red" / "0.png")
+    assert model.predict(pd.DataFrame({"path": [good]}))["prediction"].tolist() == ["red"]
+    (workdir / "notes.png").write_text("not an image")
+    for bad in ("notes.png", "nowhere.png"):
+        message = refusal(lambda: model.predict(pd.DataFrame({"path": [good, str(workdir / bad)]})))
+        assert message.startswith("loopwise model: bad input: ImageFolderDataModule: ") and bad in message
