@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import free_port
 
 
@@ -54,3 +56,14 @@ class MlflowServer:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(20)
+
+
+@pytest.fixture
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """An ``MlflowServer`` started for the test (a module imports this fixture by name), killed after it."""
+    srv = MlflowServer(tmp_path_factory.mktemp("server"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()

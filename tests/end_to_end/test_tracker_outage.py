@@ -17,20 +17,11 @@ import pytest
 from lightning.pytorch.callbacks import Callback
 
 from tests.conftest import REPO, SPIRAL, recipes_env
-from tests.mlflow_server import MlflowServer
+from tests.mlflow_server import MlflowServer, server  # noqa: F401, F811  (server: the fixture)
 
 SERVER_PGID_ENV = "LOOPWISE_TEST_SERVER_PGID"
 OUTAGE_MARKER = "server-killed.marker"
 
-
-@pytest.fixture
-def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = MlflowServer(tmp_path_factory.mktemp("server"))
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 class KillServerAfterFirstEpoch(Callback):

@@ -16,7 +16,7 @@ import pytest
 
 from recipes.tracking.failures import NO_ANSWER_REASONS
 from tests.conftest import REPO, SPIRAL
-from tests.mlflow_server import MlflowServer
+from tests.mlflow_server import server  # noqa: F401, F811  (server: the fixture)
 from tests.team_runs import AFTER_BACK_ENV, SERVER_BACK_MARKER_ENV, TimedLines
 
 # the server is away this long, and its restart takes ~20 s more on 2 busy cores (LOOPWISE_TEST_OUTAGE_S=30: the
@@ -26,15 +26,6 @@ EPOCHS_BEFORE_OUTAGE = 3
 AFTER_BACK_S = 10  # training goes on this long after the server answers again: the run catches up meanwhile
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+\s+step (\d+)\s")
 
-
-@pytest.fixture
-def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = MlflowServer(tmp_path_factory.mktemp("server"))
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.mark.slow
