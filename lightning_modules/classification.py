@@ -39,7 +39,8 @@ class ClassificationModule(Task):
     """Train a network to classify its inputs.
 
     ``multiclass``: the network outputs ``num_classes`` logits; cross entropy with optional label smoothing and
-    class weights. ``binary``: one logit; BCE with logits, class weights become ``pos_weight = w[1] / w[0]``.
+    class weights. Label smoothing is a training-only term: ``train/loss`` includes it, ``val/loss`` and ``test/loss``
+    are the plain (class-weighted) loss of the logits, so runs with different smoothing compare. ``binary``: one logit; BCE with logits, class weights become ``pos_weight = w[1] / w[0]``.
     ``multilabel``: ``num_classes`` independent logits and 0/1 targets of shape ``(batch, num_classes)``; BCE with
     logits, class weights are per-label ``pos_weight``. Metrics: accuracy and macro F1 per stage (``val/acc``,
     ``val/f1``), AUROC on val/test (``val/auroc``), and the confusion matrix of the last val/test epoch in
@@ -52,7 +53,7 @@ class ClassificationModule(Task):
         model: The network; its output width must be ``num_classes`` (1 for binary).
         num_classes: Number of classes (2 for binary; number of labels for multilabel).
         task: "multiclass", "binary" or "multilabel".
-        label_smoothing: Amount of label smoothing in [0, 1).
+        label_smoothing: Amount of label smoothing in [0, 1), in the training loss only.
         class_weights: One loss weight per class, "auto" for inverse class frequency from the data module's
             ``class_counts`` (multiclass and binary), or null for equal weights.
     """
@@ -147,13 +148,15 @@ class ClassificationModule(Task):
                 )
             self.class_weights.copy_(torch.tensor(inverse_frequency_weights(list(counts)), dtype=torch.float32))
 
-    def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
-        """Cross entropy (multiclass) or BCE with logits (binary, multilabel), with smoothing and class weights."""
+    def loss(self, logits: Tensor, targets: Tensor, smoothing: bool = True) -> Tensor:
+        """Cross entropy (multiclass) or BCE with logits (binary, multilabel), with class weights, and with label
+        smoothing when ``smoothing`` (the training loss; ``evaluation_loss`` passes ``False``)."""
+        amount = self.label_smoothing if smoothing else 0.0
         if self.task == "multiclass":
-            return F.cross_entropy(logits, targets, weight=self.class_weights, label_smoothing=self.label_smoothing)
+            return F.cross_entropy(logits, targets, weight=self.class_weights, label_smoothing=amount)
         soft = targets.float()
-        if self.label_smoothing > 0:
-            soft = soft * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+        if amount > 0:
+            soft = soft * (1.0 - amount) + 0.5 * amount
         if self.task == "binary":
             pos_weight = self.class_weights[1:2] / self.class_weights[0]
         else:
@@ -188,6 +191,11 @@ class ClassificationModule(Task):
         # a weighted cross entropy is a mean over the batch's summed class weights, not over its samples
         weight = self.class_weights[targets].sum() if self.weighted_classes and self.task == "multiclass" else None
         return StepOutput(self.loss(logits, targets), logits.detach(), targets, batch_length(inputs), weight)
+
+    def evaluation_loss(self, out: StepOutput) -> Tensor:
+        """The val/test loss: the batch's loss without label smoothing (recomputed from its logits only when the
+        task smooths)."""
+        return out.loss if self.label_smoothing == 0 else self.loss(out.outputs, out.targets, smoothing=False)
 
     def metric_inputs(self, out: StepOutput) -> tuple[Tensor, Tensor]:
         targets = out.targets.long() if self.task == "multilabel" else out.targets

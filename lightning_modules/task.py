@@ -16,7 +16,6 @@ from typing import Any, ClassVar, Literal
 import torch
 from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.cli import OptimizerCallable
-
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
@@ -75,9 +74,9 @@ class Task(LightningModule):
     step, so the logged values, the progress bar at those steps and the epoch line are those of a per-step
     ``self.log``; the train metrics' inputs are kept on the device and applied in one update at those steps
     (``DeferredMetricUpdates``); validation and test keep theirs until the last batch of each dataloader, so an
-    evaluation batch reads nothing back either. The val and test loss is a ``MeanLoss`` metric weighted by samples (or
-    ``StepOutput.loss_weight``), so under DDP it is that of one process, like the other metrics. Clipping by norm
-    keeps the norm it measures in ``gradient_norm``.
+    evaluation batch reads nothing back either. The val and test loss is the plain loss (``evaluation_loss``: no label
+    smoothing), a ``MeanLoss`` weighted by samples (or ``StepOutput.loss_weight``), so under DDP it is that of one
+    process, like the other metrics. Clipping by norm keeps the norm it measures in ``gradient_norm``.
     """
 
     default_monitor: str = "val/loss"
@@ -126,11 +125,8 @@ class Task(LightningModule):
         #: the val and test loss, weighted by what each batch's loss is a mean over and summed over DDP ranks
         self.val_loss_metric, self.test_loss_metric = MeanLoss(), MeanLoss()
         #: per stage: the batches' (outputs, targets) kept on the device until the metrics are read
-        self.metric_updates = {
-            stage: DeferredMetricUpdates(functools.partial(self.update_metrics, stage)) for stage in STAGES
-        }
-        #: total gradient norm before clipping of the last optimizer step (0-d tensor on the device), measured by
-        #: ``configure_gradient_clipping`` when it clips by norm; ``None`` otherwise
+        self.metric_updates = {s: DeferredMetricUpdates(functools.partial(self.update_metrics, s)) for s in STAGES}
+        #: the last optimizer step's total gradient norm before clipping, measured when clipping by norm; else ``None``
         self.gradient_norm: Tensor | None = None
 
     @staticmethod
@@ -164,6 +160,10 @@ class Task(LightningModule):
     def metric_inputs_of(self, outputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         """``metric_inputs`` of (outputs, targets) kept from one or more batches (no loss at hand)."""
         return self.metric_inputs(StepOutput(outputs.new_zeros(()), outputs, targets, len(outputs)))
+
+    def evaluation_loss(self, out: StepOutput) -> Tensor:
+        """A val/test batch's loss: the task's plain loss, without training-only terms (``train/loss`` keeps them)."""
+        return out.loss
 
     @classmethod
     def data_mismatch(cls, datamodule: Any) -> str | None:
@@ -285,7 +285,7 @@ class Task(LightningModule):
             if self._last_evaluation_batch(batch_idx):
                 updates.flush()
             weight = out.batch_size if out.loss_weight is None else out.loss_weight
-            getattr(self, f"{stage}_loss_metric").update(out.loss, weight)
+            getattr(self, f"{stage}_loss_metric").update(self.evaluation_loss(out), weight)
         if batch_idx == 0 or not self._metrics_logged.get(stage):
             # The metric objects are handed to self.log once per epoch: Lightning keeps the reference, computes and
             # resets them at the epoch's end as usual, and skips its per-call bookkeeping (moving the logged Metric's
