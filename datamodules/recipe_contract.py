@@ -17,6 +17,8 @@ Members (what, when the recipes ask, default without it):
 * ``split_sizes`` (``SplitSizes``): samples per split, the run's ``<split>_samples`` params. Default: none.
 * ``datasets`` (``SplitDatasets``): the datasets by split name, for the dataset inputs of the MLflow run and the
   loop doctor's leakage check. Default: the datasets of the trainer's loaders (doctor), none (dataset inputs).
+* ``split_rows`` (``SplitRows``): the source's row (sample) numbers in each split, after ``setup``: which of this
+  run's validation and test rows an ``init_from`` checkpoint trained on. Default: rows compared by content.
 * ``path`` or ``root`` (``DataFile``, ``DataFolder``): the file or folder the data is read from, the source (and
   its digest) of the run's dataset inputs. Default: the data module's class and settings.
 * ``predicts_new_data()``, ``check_new_data()``, ``new_data()`` (``PredictsNewData``): whether ``predict`` reads
@@ -79,6 +81,14 @@ class SplitDatasets(Protocol):
     leakage check and recorded as the run's dataset inputs."""
 
     datasets: Mapping[str, Dataset]
+
+
+@runtime_checkable
+class SplitRows(Protocol):
+    """``split_rows``: the numbers of each split's rows in the source (the file's row positions, or the generated
+    samples' numbers), by split name; the same numbers name the same rows of the same source."""
+
+    split_rows: Mapping[str, Any]
 
 
 @runtime_checkable
@@ -184,6 +194,13 @@ def split_datasets_of(datamodule: Any) -> Mapping[str, Dataset] | None:
     return datamodule.datasets if isinstance(datamodule, SplitDatasets) else None
 
 
+def split_rows_of(datamodule: Any) -> Mapping[str, list[int]] | None:
+    """The data module's ``split_rows`` as lists of ints (default ``None``: it does not say which rows)."""
+    if not isinstance(datamodule, SplitRows) or not datamodule.split_rows:
+        return None
+    return {split: [int(i) for i in rows] for split, rows in datamodule.split_rows.items()}
+
+
 def source_paths_of(datamodule: Any) -> list[Any]:
     """The data module's ``path`` and ``root``, those it has, in that order (the caller checks they exist)."""
     found = [datamodule.path] if isinstance(datamodule, DataFile) else []
@@ -241,5 +258,6 @@ __all__ = [
     "NEW_DATA_SETTINGS", "PredictionIds", "PredictsNewData", "SettingsOutsideSplit", "SplitDatasets", "SplitSizes",
     "TableRows", "batch_size_of", "class_names_of", "data_size", "id_name_of", "load_data_state",
     "loader_settings_of", "new_data_of", "new_data_settings_of", "prediction_ids_of", "predicts_new_data",
-    "raw_examples_of", "settings_outside_split", "source_paths_of", "split_datasets_of", "split_sizes_of",
+    "raw_examples_of", "settings_outside_split", "source_paths_of", "split_datasets_of", "split_rows_of",
+    "split_sizes_of", "SplitRows",
 ]

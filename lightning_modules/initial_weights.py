@@ -113,7 +113,8 @@ class InitialWeights:
 @dataclass
 class WeightsReport:
     """What ``load_initial_weights`` did: keys loaded, missing (in the network, not in the file), unexpected (in
-    the file, not in the network), excluded, and (key, file shape, network shape) of the shapes that differ."""
+    the file, not in the network), excluded, and (key, file shape, network shape) of the shapes that differ;
+    ``file`` is the file read (``source`` itself, or the local copy of the tracked run that ``source`` names)."""
 
     source: str
     target: str
@@ -123,6 +124,7 @@ class WeightsReport:
     excluded: list[str] = field(default_factory=list)
     mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     loaded_parameters: int = 0
+    file: str = ""
 
     @property
     def complete(self) -> bool:
@@ -281,7 +283,7 @@ def load_initial_weights(network: nn.Module, spec: InitialWeights, path: str | N
     tensors, excluded = map_keys(read_weights(path or spec.path), spec, path or spec.path)
     own = target.state_dict()
     report = WeightsReport(source=spec.path, target=f"network.{target_name}" if target_name else "the network",
-                           excluded=excluded)
+                           excluded=excluded, file=str(path or spec.path))
     usable: dict[str, Tensor] = {}
     for key, value in tensors.items():
         if key not in own:

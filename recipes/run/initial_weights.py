@@ -4,13 +4,16 @@
 ``mlflow:<run id>/best|last`` (a downloaded copy of that run's checkpoint) and ``run:<run id>/best|last`` (a run of
 this experiment under the checkpoints folder) become a file, and the weights are loaded there, so a wrong file, key
 or shape is one ``recipes: error:`` line before the data is read. ``InitialWeightsRecord`` writes what was loaded
-to the MLflow run (``init_from.json``, params ``init_from.*``, tag ``loopwise.init_from``) and, for a task with a
-freeze schedule, the trainable parameter count at each epoch start (metric ``trainable_parameters``).
+to the MLflow run (``init_from.json``, params ``init_from.*``, tag ``loopwise.init_from``), warns in one line when
+the starting weights were trained on this run's validation or test rows (``recipes.run.init_from_overlap``; tag
+``loopwise.init_from_overlap``) and, for a task with a freeze schedule, the trainable parameter count at each epoch
+start (metric ``trainable_parameters``).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning_modules.fine_tuning import TRACKED_REFERENCE_PREFIXES
 from lightning_modules.recipe_contract import LoadsInitialWeights, fine_tuning_of, weights_report_of
 from recipes.checkpoints.locations import resolve_checkpoint
+from recipes.run.init_from_overlap import OVERLAP_TAG, Overlap, init_from_overlap
 from recipes.tracking.tracked_run import tracked_run
 
 
@@ -56,7 +60,15 @@ class InitialWeightsRecord(Callback):
         self.recorded = True
         if report is not None:
             print(f"recipes: {report.summary()}", flush=True)
+        overlap = (init_from_overlap(report.source, report.file, getattr(trainer, "datamodule", None))
+                   if report is not None and report.file else None)
+        if isinstance(overlap, str):
+            print(f"recipes: {overlap}", flush=True)
+        elif overlap is not None and overlap.any:
+            print(f"recipes: warning: {overlap.warning()}", file=sys.stderr, flush=True)
         run = tracked_run(trainer)
+        if run is not None and isinstance(overlap, Overlap):
+            run.set_tag(OVERLAP_TAG, overlap.tag())
         if run is None:
             return
         settings = fine_tuning.describe()
