@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from recipes.checkpoints.data_guard import DataChange, data_changes
+from recipes.checkpoints.data_guard import DATA_KEY, DataChange, data_changes
 from recipes.checkpoints.fetched import fetch_checkpoint
 from recipes.checkpoints.files import CheckpointError, load_checkpoint_weights_only
 from recipes.tracking.checkpoint_facts import facts_from_tags, facts_of, who_ran
@@ -99,7 +99,9 @@ def read_candidate(run_id: str, path: Path, alias: str, data_now: Mapping[str, A
         return Unreadable(run_id, path, f"it holds a {type(ckpt).__name__}, not a Lightning checkpoint", saved_ms)
     facts = facts_of(ckpt, alias)
     saved = ckpt.get("datamodule_hyper_parameters")
-    changes = data_changes(saved if isinstance(saved, dict) else None, data_now or {}) if data_now is not None else []
+    content = ckpt.get(DATA_KEY)  # the source's content digest: the same bytes elsewhere are the same data
+    changes = (data_changes(saved if isinstance(saved, dict) else None, data_now, content=content)
+               if data_now is not None else [])
     return Candidate(run_id, path, facts.epoch, facts.monitor, facts.mode, facts.score, changes, ckpt, saved_ms)
 
 

@@ -187,6 +187,7 @@ class CheckpointSummary:
     shapes: dict[str, Any] = field(repr=False)
     stamp: dict[str, str]
     data_settings: dict[str, Any] | None = None  # the data module's saved hyperparameters, if any
+    data_content: dict[str, Any] | None = None  # the data's content digests (``loopwise_data``), if any
     data_state: dict[str, Any] | None = field(default=None, repr=False)  # its state_dict: encodings, vocabularies
 
 
@@ -239,5 +240,6 @@ def inspect_checkpoint(
         shapes=shapes,
         stamp=run_stamp(ckpt),
         data_settings=data_settings,
+        data_content=ckpt.get("loopwise_data") if isinstance(ckpt.get("loopwise_data"), dict) else None,
         data_state=state if isinstance(state, dict) and state else None,
     )

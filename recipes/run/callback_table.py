@@ -26,6 +26,7 @@ from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.run_checkpoint import RunCheckpoint
 from recipes.callbacks.confusion_matrix import ConfusionMatrixArtifact
 from recipes.tracking.dataset_inputs import DataInputs
+from recipes.checkpoints.data_content import DataContent
 from recipes.callbacks.early_stopping import RecipeEarlyStopping
 from recipes.callbacks.stop_evaluation_on_signal import StopEvaluationOnSignal
 from recipes.run.initial_weights import InitialWeightsRecord
@@ -59,6 +60,7 @@ class RecipeRun:
     system_metrics_interval: float = 10.0  # seconds between MLflow system-metric samples; 0: none
     checkpoint_every_n_steps: int | None = None  # last.ckpt also every this many optimizer steps
     resumed_from: str | None = None  # fit: --ckpt_path as the user gave it (named in the line a resumed fit prints)
+    data_changes_allowed: bool = False  # evaluation on other data than the checkpoint's, allowed (--allow_data_change)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,13 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         lambda run: DataInputs(),
         "the splits the command uses as MLflow dataset inputs, with a digest of their content",
         applies=lambda run: run.tracked,
+    ),
+    CallbackSlot(
+        "data_content",
+        ("fit", "validate", "test", "predict"),
+        lambda run: DataContent(check_splits=not run.data_changes_allowed),
+        "the source's and splits' digests in every checkpoint (after data_inputs: its digests are reused); an "
+        "evaluated split compared with the checkpoint's",
     ),
     CallbackSlot(
         "system_metrics",

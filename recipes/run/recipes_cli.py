@@ -209,7 +209,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         try:
             changes = guard_data_settings(
                 checkpoint.path, stage, checkpoint.data_settings, now, bool(cfg.get("allow_data_change")),
-                settings_outside_split(data_class),
+                settings_outside_split(data_class), checkpoint.data_content,
             )
         except DataSettingsChanged as err:
             raise RecipeInputError(str(err)) from None
@@ -321,6 +321,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             system_metrics_interval=float(cfg.get("system_metrics_interval") or 0.0),
             checkpoint_every_n_steps=cfg.get("checkpoint_every_n_steps"),
             resumed_from=self.ckpt_path_given if self.subcommand == "fit" else None,
+            data_changes_allowed=bool(self.data_changes),
         )
 
     # --- run --------------------------------------------------------------------------------------------------

@@ -43,17 +43,30 @@ def tensor_digest(tensors: list[torch.Tensor]) -> str:
     return digest.hexdigest()[:DIGEST_LENGTH]
 
 
+# file_digest's results by (path, (file, size, mtime, ctime, inode) of each file): one command (the dataset inputs, the
+# checkpoint's data content, the data guard, each ``best``/``last`` candidate) reads a large file's bytes once
+_DIGESTS: dict[tuple[Any, ...], str] = {}
+
+
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes, or of a folder's files (relative names and bytes, in sorted order)."""
-    digest = hashlib.sha256()
+    """SHA-256 of a file's bytes, or of a folder's files (relative names and bytes, in sorted order).
+
+    Computed once per process for the same unchanged files (same size, modification and change times, inode)."""
+    path = Path(path)
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    stats = [(file, file.stat()) for file in files]
+    key = (str(path.resolve()), tuple((str(f), s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino) for f, s in stats))
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    digest = hashlib.sha256()
     for file in files:
         if path.is_dir():
             digest.update(str(file.relative_to(path)).encode() + b"\0")
         with open(file, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
-    return digest.hexdigest()[:DIGEST_LENGTH]
+    _DIGESTS[key] = digest.hexdigest()[:DIGEST_LENGTH]
+    return _DIGESTS[key]
 
 
 def data_source(datamodule: Any) -> tuple[str, dict[str, Any], str]:

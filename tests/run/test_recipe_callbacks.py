@@ -42,6 +42,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "early_stopping",
         "mlflow_model",
         "data_inputs",
+        "data_content",
         "system_metrics",
         "confusion_matrix",
         "epoch_summary",
@@ -51,14 +52,15 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
     assert names[-1] == "loop_doctor"  # its batch timer counts the other callbacks' batch hooks as compute
     grouped = recipe_callbacks(run_of("fit"))
     # what Lightning finds by type, what keeps checkpoint state and the doctor (last) stand alone; the rest is one
-    # group where its first member stands, so Lightning's per-callback cost of every hook is paid 7 times, not 17
+    # group where its first member stands, so Lightning's per-callback cost of every hook is paid 7 times, not 18
     assert [type(c).__name__ for c in grouped] == [
         "CallbackGroup", "RandomStates", "PlateauStepOnResume", "RunCheckpoint", "RunCheckpoint",
         "RecipeEarlyStopping", "LoopDoctor",
     ]
     assert [type(c).__name__ for c in grouped[0].members] == [
         "TrainingPlan", "InitialWeightsRecord", "RunContinuity", "StopOnSignal", "LoaderPositionOnResume",
-        "LearningRateMonitor", "MlflowModel", "DataInputs", "SystemMetrics", "ConfusionMatrixArtifact", "EpochSummary",
+        "LearningRateMonitor", "MlflowModel", "DataInputs", "DataContent", "SystemMetrics", "ConfusionMatrixArtifact",
+        "EpochSummary",
     ]
     built = [c for c in grouped if not isinstance(c, CallbackGroup)]
     assert [type(c).__name__ for c in flat(grouped)] == [
@@ -70,6 +72,7 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
         "LearningRateMonitor",
         "MlflowModel",
         "DataInputs",
+        "DataContent",
         "SystemMetrics",
         "ConfusionMatrixArtifact",
         "EpochSummary",
@@ -89,12 +92,12 @@ def test_fit_gets_every_fit_callback_in_the_tables_order():
     "stage, overrides, expected",
     [
         ("fit", {"tracked": False, "early_stopping_patience": None, "interactive": True}, None),
-        ("validate", {}, ["stop_evaluation_on_signal", "data_inputs", "system_metrics", "confusion_matrix",
-                          "epoch_summary"]),
-        ("test", {"interactive": True}, ["stop_evaluation_on_signal", "data_inputs", "system_metrics",
+        ("validate", {}, ["stop_evaluation_on_signal", "data_inputs", "data_content", "system_metrics",
+                          "confusion_matrix", "epoch_summary"]),
+        ("test", {"interactive": True}, ["stop_evaluation_on_signal", "data_inputs", "data_content", "system_metrics",
                                          "confusion_matrix"]),
-        ("predict", {"system_metrics_interval": 0.0}, ["stop_evaluation_on_signal", "data_inputs", "predictions",
-                                                       "epoch_summary"]),
+        ("predict", {"system_metrics_interval": 0.0}, ["stop_evaluation_on_signal", "data_inputs", "data_content",
+                                                       "predictions", "epoch_summary"]),
     ],
 )
 def test_conditions_and_stages_select_rows(stage, overrides, expected):
@@ -138,6 +141,7 @@ def test_the_trainer_of_a_recipe_gets_them_in_that_order(workdir, monkeypatch):
         "RunContinuity",
         "StopOnSignal",
         "LoaderPositionOnResume",
+        "DataContent",
         "ConfusionMatrixArtifact",
         "EpochSummary",
         "RandomStates",
