@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from recipes.checkpoints.data_guard import DATA_KEY, DataChange, data_changes
 from recipes.checkpoints.fetched import fetch_checkpoint
 from recipes.checkpoints.files import CheckpointError, load_checkpoint_weights_only
+from recipes.checkpoints.history_rank import CommandMetric, MetricHistory, data_skips, rank_best, skip_text
 from recipes.tracking.checkpoint_facts import facts_from_tags, facts_of, who_ran
 from recipes.tracking.sqlite_store import sqlite_database_path
 
@@ -65,6 +65,7 @@ class Candidate:
     time_ms: float | None = None  # when the file was saved (``last`` takes the newest)
     who: str = ""  # user@host that ran it
     origin: str = ""  # "" (this directory's file), "fetched from the store", "the store's copy, cached"
+    step: int | None = None  # the global step it was saved at (a run's history is read there)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ def read_candidate(run_id: str, path: Path, alias: str, data_now: Mapping[str, A
     content = ckpt.get(DATA_KEY)  # the source's content digest: the same bytes elsewhere are the same data
     changes = (data_changes(saved if isinstance(saved, dict) else None, data_now, content=content)
                if data_now is not None else [])
-    return Candidate(run_id, path, facts.epoch, facts.monitor, facts.mode, facts.score, changes, ckpt, saved_ms)
+    return Candidate(run_id, path, facts.epoch, facts.monitor, facts.mode, facts.score, changes, ckpt, saved_ms,
+                     step=facts.step)
 
 
 def epoch_text(candidate: Candidate) -> str:
@@ -185,7 +187,7 @@ def store_candidate(run: StoreRun, alias: str, copies: StoreCopies) -> Candidate
             return None  # never uploaded (log_model: false, a run that ended before its first checkpoint)
     saved = facts.time_ms if facts.time_ms is not None else run.end_time or run.start_time
     return Candidate(run.run_id, None, facts.epoch, facts.monitor, facts.mode, facts.score, [], None, saved,
-                     who_ran(dict(run.tags)))
+                     who_ran(dict(run.tags)), step=facts.step)
 
 
 def choose_checkpoint(
@@ -195,10 +197,14 @@ def choose_checkpoint(
     tracking_uri: str,
     data_now: Mapping[str, Any] | None,
     runs: Callable[[str, str, tuple[str, ...] | None], list[StoreRun | str]] = tracked_fit_runs,
+    metric: CommandMetric | None = None,
 ) -> Choice:
     """Resolve ``best`` or ``last`` (see the module docstring). ``data_now`` is this run's data ``init_args``
-    (``None``: do not compare). Raises ``FileNotFoundError`` naming what was looked for and what was skipped."""
+    (``None``: do not compare); ``metric`` the command's own metric, which ``best`` ranks by
+    (``recipes.checkpoints.history_rank``; ``None``: the newest run's). Raises ``FileNotFoundError`` naming what was
+    looked for and what was skipped."""
     statuses = ("FINISHED",) if alias == "best" else None
+    history = MetricHistory(tracking_uri)
     base = Path(root) / experiment
     copies = StoreCopies(tracking_uri, root, alias, data_now)
     candidates: list[Candidate] = []
@@ -222,7 +228,9 @@ def choose_checkpoint(
         elif found is not None:
             (skipped if found.changes else candidates).append(found)
     while True:
-        chosen, described = pick(alias, experiment, base, tracking_uri, candidates, skipped, unreadable)
+        listed = {run_id: history for run_id, run in stores.items() if run.mlflow_run is not None}
+        chosen, described = pick(alias, experiment, base, tracking_uri, candidates, skipped, unreadable,
+                                 metric, listed)
         if chosen.path is not None:
             return Choice(str(chosen.path.resolve()), chosen.run_id, described, chosen.checkpoint)
         # ranked by the store's tags: fetch it, and rank again with what the file itself says
@@ -238,22 +246,15 @@ def choose_checkpoint(
         (skipped if read.changes else candidates).append(read)
 
 
-def skip_text(skipped: list[Candidate]) -> str:
-    """The note on candidates trained on other data."""
-    if not skipped:
-        return ""
-    first = skipped[0]
-    shown = "; ".join(f"{c.name} {c.trained!r} vs {c.now!r}" for c in first.changes)
-    return f"; skipped {len(skipped)} run(s) trained on other data (run {first.run_id}: {shown})"
-
-
 def pick(
     alias: str, experiment: str, base: Path, tracking_uri: str, candidates: list[Candidate], skipped: list[Candidate],
-    unreadable: list[Unreadable],
+    unreadable: list[Unreadable], metric: CommandMetric | None = None,
+    histories: Mapping[str, MetricHistory] | None = None,
 ) -> tuple[Candidate, str]:
     """The candidate ``best``/``last`` chooses now and its description; raises ``FileNotFoundError`` when there is
-    none, or when a damaged file might have won (``refuse_unreadable``)."""
-    skip_note = skip_text(skipped)
+    none, or when a damaged file might have won (``refuse_unreadable``). ``best`` ranks by ``metric`` (``histories``:
+    where each run the store lists has its logged metrics)."""
+    skip_note = skip_text(data_skips(skipped))
     looked = f"under {base.resolve()} or uploaded to {tracking_uri}"
     if alias == "last":
         if not candidates:
@@ -265,22 +266,33 @@ def pick(
         newest = max(candidates, key=lambda c: c.time_ms or 0.0)
         refuse_unreadable(alias, [u for u in unreadable if (u.time_ms or 0.0) > (newest.time_ms or 0.0)], newest)
         return newest, f"run {newest.run_id}, {epoch_text(newest)}{origin_text(newest)}{skip_note}"
-    scored = [c for c in candidates if c.monitor is not None and c.score is not None and not math.isnan(c.score)]
-    if not scored:
+    by, ranked, skips = rank_best(candidates, metric, histories or {})
+    skip_note = skip_text(data_skips(skipped) + skips)
+    if not ranked:
         refuse_unreadable(alias, unreadable, None)
+        if by is not None:  # best.ckpt files, none with a value of the command's metric
+            raise FileNotFoundError(
+                f"--ckpt_path best: no best.ckpt of experiment {experiment!r} {looked} can be ranked by {by.monitor}"
+                f"{skip_note}; choose one yourself (--ckpt_path run:<run id>/best or a file path), or rank by the "
+                "metric they were chosen by (--model.init_args.monitor <metric>)"
+            )
         raise FileNotFoundError(
             f"--ckpt_path best: no best.ckpt for experiment {experiment!r} among its FINISHED fit runs {looked}"
             f"{skip_note}; run `recipes fit` to the end first (smoke runs are not tracked) or give a checkpoint file"
         )
-    reference = scored[0]  # the newest run's metric decides which runs compare
-    comparable = [c for c in scored if (c.monitor, c.mode) == (reference.monitor, reference.mode)]
-    sign = 1.0 if reference.mode == "max" else -1.0
-    best = max(comparable, key=lambda c: sign * float(c.score))  # ties: the newest (max keeps the first)
+    assert by is not None
+    sign = 1.0 if by.mode == "max" else -1.0
+    best, rank = max(ranked, key=lambda r: sign * float(r[1].value or 0.0))  # ties: the newest (max keeps the first)
     refuse_unreadable(alias, unreadable, best)
-    others = "" if len(comparable) == len(scored) else f"; {len(scored) - len(comparable)} monitor another metric"
+    value = f"{by.monitor} {rank.value:.4g}"
+    if rank.from_history:
+        value += f" (from its history at {epoch_text(best)}; its best.ckpt was chosen by {rank.chosen_by})"
+    from_history = sum(r.from_history for _, r in ranked)
+    notes = f", {from_history} ranked by their {by.monitor} history" if from_history else ""
+    notes += "" if metric is not None else f", by the newest run's {by.monitor}: this command's task names no monitor"
     return best, (
-        f"run {best.run_id}, {epoch_text(best)}, {best.monitor} {best.score:.4g} (best of {len(comparable)} finished "
-        f"fit run(s){others}{skip_note}){origin_text(best)}"
+        f"run {best.run_id}, {epoch_text(best)}, {value} (best of {len(ranked)} finished fit run(s){notes}"
+        f"{skip_note}){origin_text(best)}"
     )
 
 

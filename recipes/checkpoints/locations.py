@@ -15,6 +15,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from recipes.checkpoints.choice import choose_checkpoint, describe_run_file
 from recipes.checkpoints.fetched import fetch_checkpoint
+from recipes.checkpoints.history_rank import CommandMetric
 from recipes.tracking.sqlite_store import sqlite_database_path
 from recipes.tracking.recreated_runs import current_run_id
 from recipes.checkpoints.run_checkpoint import ALIASES
@@ -133,12 +134,14 @@ def resolve_checkpoint(
     root: str | Path,
     tracking_uri: str | None = None,
     data_now: Mapping[str, Any] | None = None,
+    metric: CommandMetric | None = None,
 ) -> ResolvedCheckpoint:
     """Turn a ``--ckpt_path`` reference into a checkpoint file and check that it exists:
 
     * ``best`` / ``last``: chosen among the experiment's fit runs in the tracking store (``choice``; candidates
       whose data settings differ from ``data_now`` are skipped; files not here fetched into
-      ``<root>/.fetched/<run id>/``); the choice is printed.
+      ``<root>/.fetched/<run id>/``); ``best`` ranks them by ``metric``, the command's own (``history_rank``;
+      ``None``: the newest run's); the choice is printed.
     * ``run:<run id>/best|last``: that run's local file, else its uploaded copy fetched into the same cache;
       ``mlflow:<run id>/best|last``: a downloaded copy of that run's checkpoint artifact; both print the run, who ran
       it where, the epoch and value. Anything else: a file path.
@@ -169,7 +172,8 @@ def resolve_checkpoint(
     if ckpt_path.startswith("run:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected run:<run id>/best or run:<run id>/last")
     if ckpt_path in ALIASES:
-        choice = choose_checkpoint(ckpt_path, experiment, root, tracking_uri or default_tracking_uri(), data_now)
+        choice = choose_checkpoint(ckpt_path, experiment, root, tracking_uri or default_tracking_uri(), data_now,
+                                   metric=metric)
         if rank_zero_only.rank == 0:
             print(f"recipes: --ckpt_path {ckpt_path} = {choice.path} ({choice.description})", flush=True)
         return ResolvedCheckpoint(choice.path, choice.checkpoint)

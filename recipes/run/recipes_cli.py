@@ -32,6 +32,7 @@ from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
 from recipes.checkpoints.locations import UNTRAINED, evaluates_as_built, resolve_checkpoint
+from recipes.checkpoints.history_rank import command_metric
 from recipes.run.data_sizes import DataSizeError, DataSizes, class_at, data_size_error
 from recipes.run.device_settings import DeviceSettingError, apply_device_settings
 from recipes.tracking.evaluation_link import link_evaluation_run
@@ -187,9 +188,13 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         this method): the class paths they name must be the config's (compared as text, nothing imported); its
         weights are compared with the model once that is built (``instantiate_trainer``)."""
         data_now = None if cfg.get("allow_data_change") else data_init_args(cfg)
+        # `best` ranks by this command's metric: its task's monitor after the config and the command line
+        metric = command_metric(
+            class_at(cfg, "model"), cfg.get("model.init_args.monitor"), cfg.get("model.init_args.monitor_mode")
+        )
         try:
             resolved = resolve_checkpoint(
-                cfg.ckpt_path, experiment_name(cfg), cfg.checkpoints_dir, tracking_uri(cfg), data_now
+                cfg.ckpt_path, experiment_name(cfg), cfg.checkpoints_dir, tracking_uri(cfg), data_now, metric
             )
             data = cfg.get("data")
             data_class = data.get("class_path") if isinstance(data, Namespace) else None
