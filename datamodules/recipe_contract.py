@@ -44,6 +44,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import torch
+from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 #: The sizes a recipe links from the data module to the task's and network's arguments of the same name.
@@ -194,11 +196,11 @@ def split_datasets_of(datamodule: Any) -> Mapping[str, Dataset] | None:
     return datamodule.datasets if isinstance(datamodule, SplitDatasets) else None
 
 
-def split_rows_of(datamodule: Any) -> Mapping[str, list[int]] | None:
-    """The data module's ``split_rows`` as lists of ints (default ``None``: it does not say which rows)."""
+def split_rows_of(datamodule: Any) -> Mapping[str, Tensor] | None:
+    """The data module's ``split_rows`` as int64 tensors (default ``None``: it does not say which rows)."""
     if not isinstance(datamodule, SplitRows) or not datamodule.split_rows:
         return None
-    return {split: [int(i) for i in rows] for split, rows in datamodule.split_rows.items()}
+    return {split: torch.as_tensor(rows, dtype=torch.int64) for split, rows in datamodule.split_rows.items()}
 
 
 def source_paths_of(datamodule: Any) -> list[Any]:

@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from datamodules.spiral import SpiralDataModule
 from datamodules.tabular import TabularDataModule
 from recipes.cli import main
 from recipes.run.init_from_overlap import OVERLAP_TAG, Overlap, init_from_overlap
@@ -121,3 +123,43 @@ def test_rows_compared_by_content_count_the_same_and_a_large_source_is_not_rebui
     skipped = init_from_overlap("x", fits["ckpt"], data, max_rows=100)
     assert skipped == ("init_from x was trained on this run's data; its training split is not rebuilt for 200 rows "
                        "(more than 100): whether this run's val/test rows were among them is not checked")
+
+
+def fake_checkpoint(path: Path, settings: dict, data: dict | None) -> Path:
+    """A checkpoint holding only what the check reads: the data settings and (when given) ``loopwise_data``."""
+    content = {"datamodule_hyper_parameters": settings, **({"loopwise_data": data} if data is not None else {})}
+    torch.save(content, path)
+    return path
+
+
+def test_an_older_checkpoint_is_compared_by_the_digest_of_its_recorded_file(fits, monkeypatch, tmp_path):
+    """Without ``loopwise_data``: the file its settings name, when it is there; a file that is gone compares nothing."""
+    monkeypatch.chdir(fits["directory"])
+    settings = torch.load(fits["ckpt"], weights_only=True)["datamodule_hyper_parameters"]
+    data = TabularDataModule(str(fits["table"]), target="label", categorical=["c"], val_fraction=FRACTION,
+                             test_fraction=FRACTION, seed=1)
+    data.setup("fit")
+    older = init_from_overlap("x", fake_checkpoint(tmp_path / "older.ckpt", settings, None), data)
+    assert isinstance(older, Overlap) and older.tag() == fits["other_seed"][2][OVERLAP_TAG]
+    gone = fake_checkpoint(tmp_path / "gone.ckpt", {**settings, "path": str(tmp_path / "moved.csv")}, None)
+    assert init_from_overlap("x", gone, data) is None
+
+
+def test_generated_data_is_the_same_source_when_only_the_split_fractions_differ(tmp_path):
+    """Spiral points are generated from the seed: another val_fraction overlaps (counted by row ids, here computed
+    from the two data modules' own splits); another seed is other points, not compared."""
+    def spiral(**kwargs: object) -> SpiralDataModule:
+        data = SpiralDataModule(n_samples=300, **kwargs)
+        data.setup("fit")
+        return data
+
+    start, now = spiral(seed=0, val_fraction=0.2), spiral(seed=0, val_fraction=0.4)
+    expected = {split: (int(torch.isin(now.split_rows[split], start.split_rows["train"]).sum()),
+                        len(now.split_rows[split])) for split in ("val", "test")}
+    assert expected["val"][0] > 0 and expected["test"][1] > 0  # SpiralDataModule keeps a test split by default
+    settings = {"_class_path": "datamodules.SpiralDataModule", **dict(start.hparams)}
+    ckpt = fake_checkpoint(tmp_path / "spiral.ckpt", settings, {"source": None, "splits": {}})
+    overlap = init_from_overlap("x", ckpt, now)
+    assert isinstance(overlap, Overlap) and overlap.counts == expected
+    assert [c.name for c in overlap.changes] == ["val_fraction"]
+    assert init_from_overlap("x", ckpt, spiral(seed=1, val_fraction=0.4)) is None
