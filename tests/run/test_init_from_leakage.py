@@ -57,16 +57,17 @@ def split_rows(table: Path, seed: int) -> dict[str, set[int]]:
 
 @pytest.fixture(scope="module")
 def fits(clean_workdir):
-    """The starting run (seed 0) and three fits from its best checkpoint: seed 1, seed 0, another table."""
+    """The starting run (seed 0) and fits from its best checkpoint: seed 1 (run: and mlflow:), seed 0, another table."""
     with clean_workdir("init_from_leakage") as directory:
         table, other = write_table(directory / "table.csv", 0), write_table(directory / "other.csv", 1)
         fit(table, 0)
         start = runs_of(directory, "tabular_mlp")[0].info.run_id
         reference = f"run:{start}/best"
         yield {
-            "directory": directory, "table": table, "reference": reference,
+            "directory": directory, "table": table, "reference": reference, "start": start,
             "ckpt": directory / "checkpoints" / "tabular_mlp" / start / "best.ckpt",
             "other_seed": fit(table, 1, reference),
+            "other_seed_mlflow": fit(table, 1, f"mlflow:{start}/best"),
             "same_seed": fit(table, 0, reference),
             "other_table": fit(other, 0, reference),
         }
@@ -86,6 +87,9 @@ def test_another_seed_warns_once_with_the_exact_counts_and_tags_the_run(fits):
         "never saw this table"
     ], err
     assert tags[OVERLAP_TAG] == f"val {val}/60, test {test}/60"
+    # the store's copy of the same checkpoint (mlflow:<id>/best, downloaded) is compared the same way
+    _, err, tags = fits["other_seed_mlflow"]
+    assert tags[OVERLAP_TAG] == f"val {val}/60, test {test}/60" and f"init_from mlflow:{fits['start']}/best was" in err
 
 
 def test_the_same_seed_overlaps_nothing_and_says_so_only_in_the_tag(fits):
