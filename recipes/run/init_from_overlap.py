@@ -69,7 +69,8 @@ class Overlap:
     compared_by: str  # "row ids" or "row content"
 
     @property
-    def any(self) -> bool:
+    def shared(self) -> bool:
+        """Whether any validation or test row was a training row of the starting weights."""
         return any(shared for shared, _ in self.counts.values())
 
     def tag(self) -> str:
@@ -174,7 +175,9 @@ def source_rows(datamodule: Any) -> int:
     return sum(len(ds) for ds in datasets.values() if hasattr(ds, "__len__"))  # type: ignore[arg-type]
 
 
-def init_from_overlap(reference: str, file: str | Path, datamodule: Any, max_rows: int = MAX_ROWS) -> Overlap | str | None:
+def init_from_overlap(
+    reference: str, file: str | Path, datamodule: Any, max_rows: int = MAX_ROWS
+) -> Overlap | str | None:
     """The overlap of this run's validation and test rows with the training rows of ``file``, the checkpoint that
     ``init_from`` (``reference``) loaded, for a ``datamodule`` set up for ``fit``: an ``Overlap`` when the source is
     the same, ``None`` when it is another (or the file says nothing of its data), a line saying why it was not
@@ -194,8 +197,8 @@ def init_from_overlap(reference: str, file: str | Path, datamodule: Any, max_row
         counted = count_rows(datamodule, rebuilt_training_rows(datamodule, trained))
     except Exception as err:  # noqa: BLE001  (any data module's own error: the fit goes on, the line says why)
         return f"init_from {reference}: its training split could not be rebuilt to compare rows ({err})"
-    if counted is None:
-        return None
+    if counted is None or not counted[0]:
+        return None  # nothing to compare with, or no validation or test rows
     counts, compared_by = counted
     return Overlap(reference, counts, [c for c in changes if c.name not in SOURCE_SETTINGS], compared_by)
 

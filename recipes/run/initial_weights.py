@@ -64,7 +64,7 @@ class InitialWeightsRecord(Callback):
                    if report is not None and report.file else None)
         if isinstance(overlap, str):
             print(f"recipes: {overlap}", flush=True)
-        elif overlap is not None and overlap.any:
+        elif overlap is not None and overlap.shared:
             print(f"recipes: warning: {overlap.warning()}", file=sys.stderr, flush=True)
         run = tracked_run(trainer)
         if run is not None and isinstance(overlap, Overlap):

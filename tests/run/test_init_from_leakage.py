@@ -25,8 +25,8 @@ from tests.conftest import CONFIGS, runs_of
 TABULAR = CONFIGS / "tabular_mlp.yaml"
 ROWS, FRACTION = 200, 0.3  # 60 validation and 60 test rows
 SPLIT = ["--data.init_args.val_fraction", str(FRACTION), "--data.init_args.test_fraction", str(FRACTION)]
-FAST = ["--trainer.max_epochs", "1", "--trainer.log_every_n_steps", "1", "--mlflow_model", "false", "--data.init_args.target", "label",
-        "--data.init_args.categorical", "[c]", *SPLIT]
+FAST = ["--trainer.max_epochs", "1", "--trainer.log_every_n_steps", "1", "--mlflow_model", "false",
+        "--data.init_args.target", "label", "--data.init_args.categorical", "[c]", *SPLIT]
 
 
 def write_table(path: Path, seed: int) -> Path:
@@ -167,3 +167,16 @@ def test_generated_data_is_the_same_source_when_only_the_split_fractions_differ(
     assert isinstance(overlap, Overlap) and overlap.counts == expected
     assert [c.name for c in overlap.changes] == ["val_fraction"]
     assert init_from_overlap("x", ckpt, spiral(seed=1, val_fraction=0.4)) is None
+
+
+def test_a_split_that_cannot_be_rebuilt_is_one_line_and_the_fit_goes_on(fits, monkeypatch, tmp_path):
+    """The starting run's settings that this run's data class cannot set up (here: a target the file lacks)."""
+    monkeypatch.chdir(fits["directory"])
+    settings = torch.load(fits["ckpt"], weights_only=True)["datamodule_hyper_parameters"]
+    data = TabularDataModule(str(fits["table"]), target="label", categorical=["c"], val_fraction=FRACTION,
+                             test_fraction=FRACTION, seed=1)
+    data.setup("fit")
+    ckpt = fake_checkpoint(tmp_path / "other_target.ckpt", {**settings, "target": "nope"}, None)
+    line = init_from_overlap("x", ckpt, data)
+    assert isinstance(line, str) and line.startswith("init_from x: its training split could not be rebuilt to "
+                                                     "compare rows (") and "nope" in line and "\n" not in line
