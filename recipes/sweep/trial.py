@@ -4,7 +4,7 @@
 ``recipes.sweep.trial_cli.TrialCLI``, a ``RecipesCLI`` built with the trial's ``ActiveTrial``: its run's tags
 (``mlflow.parentRunId`` nests the trial's MLflow run under the sweep's parent run) and the ``TrialPruning`` callback
 (``recipes.sweep.pruning``), which reports each validation's value here (``record``) and the pruner's stop
-(``mark_pruned``).
+(``mark_pruned``). Its swept values become params of its run (``run_params``: ``sweep.<key>``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from recipes.sweep.space import as_cli_value
+
+#: the prefix of the params that hold a trial's swept values; no param a recipe logs starts with it
+PARAM_PREFIX = "sweep."
 
 
 @dataclass
@@ -53,6 +58,16 @@ class ActiveTrial:
     def run_name(self) -> str:
         """The MLflow run name of the trial's fit."""
         return f"{self.study_name}-trial-{self.number}"
+
+    def run_params(self) -> dict[str, str]:
+        """Params of the trial's MLflow run: each swept value as ``sweep.<key>``, the key as the sweep file and
+        ``recipes fit --<key>`` name it, the value as the fit's command line gets it (lists and mappings as JSON).
+
+        The prefix keeps them apart from the recipe's own params (``lr``, ``batch_size``, ``data``, ``init_from.*``
+        ...): MLflow refuses a second value for a logged param, so a swept key that a recipe param shares would
+        fail the trial; and it tells which params the sweep chose.
+        """
+        return {f"{PARAM_PREFIX}{key}": as_cli_value(value) for key, value in self.params.items()}
 
     def tags(self) -> dict[str, str]:
         """Tags of the trial's MLflow run."""

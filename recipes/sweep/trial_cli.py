@@ -4,7 +4,8 @@ A trial is an ordinary recipe fit with the trial's sampled values appended to it
 process through ``TrialCLI``, the ``RecipesCLI`` subclass built with the trial (``ActiveTrial``). It adds, through
 ``RecipesCLI``'s extension points, what makes the fit a trial: the trial's tags (``extra_run_tags``:
 ``loopwise.sweep.*`` and ``mlflow.parentRunId``, which nests its MLflow run under the sweep's parent run) and its
-``TrialPruning`` callback (``extra_callbacks``). A plain ``RecipesCLI`` knows nothing of sweeps: a fit after the
+``TrialPruning`` callback (``extra_callbacks``); before the fit starts, the trial's swept values become params of
+its run (``before_fit``: ``sweep.<key>``, ``ActiveTrial.run_params``). A plain ``RecipesCLI`` knows nothing of sweeps: a fit after the
 sweep in the same process gets neither.
 
 Rank 0 (``recipes.sweep.runner``) and the DDP processes that follow it (``recipes.sweep.processes``) run trials here.
@@ -22,6 +23,7 @@ from recipes.run.recipes_cli import RecipesCLI
 from recipes.sweep.pruning import TrialPruning
 from recipes.sweep.space import as_cli_value
 from recipes.sweep.trial import ActiveTrial
+from recipes.tracking.tracked_run import tracked_run
 
 
 class TrialCLI(RecipesCLI):
@@ -44,6 +46,13 @@ class TrialCLI(RecipesCLI):
     def extra_callbacks(self) -> list[Callback]:
         """The trial's ``TrialPruning`` callback, in its fit."""
         return [TrialPruning(self.trial)] if self.subcommand == "fit" else []
+
+    def before_fit(self) -> None:
+        """The trial's swept values as params of its run (``ActiveTrial.run_params``), written once before training
+        by the process that holds the Optuna trial (rank 0; DDP followers hold none)."""
+        run = tracked_run(self.trainer)
+        if run is not None and self.trial.trial is not None:
+            run.log_params_once(self.trial.run_params())
 
 
 def trial_arguments(fit_args: list[str], active: ActiveTrial) -> list[str]:
