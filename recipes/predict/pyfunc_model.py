@@ -18,6 +18,7 @@ import importlib
 from typing import Any
 
 import mlflow
+import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from lightning.pytorch import LightningDataModule, LightningModule
@@ -53,11 +54,13 @@ class LoopwiseModel(mlflow.pyfunc.PythonModel):
         if state:
             self.datamodule.load_state_dict(state)
 
-    def predict(self, context, model_input, params=None):  # type: ignore[no-untyped-def]
+    def predict(self, context, model_input: pd.DataFrame, params=None):  # type: ignore[no-untyped-def]
         """Predictions of raw rows (a pandas DataFrame), one output row per input row, in order.
 
-        (No type hints: MLflow reads them as a schema and warns about ``Any``; the signature logged with the model
-        describes the columns.)"""
+        (``pd.DataFrame`` is a hint MLflow infers no schema from and validates nothing by, as intended: the signature
+        logged with the model describes the columns and the data module checks them; without any hint MLflow warns
+        "Add type hints to the `predict` method" each time the model is logged, and a hint such as ``Any`` it reads
+        as a schema.)"""
         try:
             return predict_frame(self.task, self.datamodule, model_input)
         except (ValueError, TypeError, KeyError, OSError) as error:  # the data module's checks of the raw rows

@@ -12,7 +12,6 @@ tags). ``validate``/``test``/``predict`` always make their own run.
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -61,11 +60,14 @@ from recipes.tracking.config import (
 )
 
 from recipes.run.errors import INPUT_ERRORS, RecipeInputError, concise_error
+from recipes.run.lightning_noise import quiet_lightning
+from recipes.tracking.warning_lines import one_line_warnings
 
-# torch 2.13 deprecates an API that Lightning 2.6 calls on every step; the warning says nothing to a recipe user
-warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
-# evaluation runs restore weights only; the fit-time checkpoint callbacks they lack are irrelevant there
-warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`, callbacks used to create")
+# Lightning's notes a recipe user cannot act on (torch's LeafSpec deprecation that Lightning 2.6 raises every step,
+# the fit-time callbacks an evaluation lacks, its tips), by the Lightning module that prints them; loopwise's own
+# warnings as one `recipes: warning:` line
+quiet_lightning()
+one_line_warnings()
 
 
 def data_init_args(cfg: Namespace) -> dict[str, Any]:

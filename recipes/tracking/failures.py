@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from recipes.tracking.warning_lines import one_line_warnings
+
 # the recipe process's HTTP settings for a tracking server (a value the user set in the environment wins)
 BOUNDED_HTTP_SETTINGS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
@@ -146,18 +148,9 @@ def read_only_at_start(uri: str) -> TrackingStoreReadOnly:
     )
 
 
-def _one_line(message: Any, category: type, filename: str, lineno: int, line: str | None = None) -> str:
-    if isinstance(category, type) and issubclass(category, TrackingStoreWarning):
-        return f"recipes: warning: {message}\n"
-    return _one_line.plain(message, category, filename, lineno, line)  # type: ignore[attr-defined]
-
-
 def warn_store_failure(message: str) -> None:
-    """Warn ``message`` as a ``TrackingStoreWarning``, shown as one ``recipes: warning:`` line (the formatter is
-    wrapped at the first warning, after Lightning installed its own)."""
-    if warnings.formatwarning is not _one_line:
-        _one_line.plain = warnings.formatwarning  # type: ignore[attr-defined]
-        warnings.formatwarning = _one_line  # type: ignore[assignment]
+    """Warn ``message`` as a ``TrackingStoreWarning``, shown as one ``recipes: warning:`` line (``warning_lines``)."""
+    one_line_warnings()
     warnings.warn(message, TrackingStoreWarning, stacklevel=3)
 
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from recipes.tracking.experiment_kind import create_experiment
+from recipes.tracking.quiet_mlflow import STORE_CREATION, quiet_info
 
 SQLITE_PREFIX = "sqlite:///"
 
@@ -92,7 +93,8 @@ def create_database_atomically(database: Path) -> None:
 
     temporary = database.with_name(f".{database.name}.{os.getpid()}{CREATING_SUFFIX}")
     try:
-        MlflowClient(f"{SQLITE_PREFIX}{temporary}").search_experiments(max_results=1)  # creates every table
+        with quiet_info(*STORE_CREATION):  # MLflow's "Creating initial MLflow database tables..." lines
+            MlflowClient(f"{SQLITE_PREFIX}{temporary}").search_experiments(max_results=1)  # creates every table
         os.replace(temporary, database)
     finally:
         temporary.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from recipes.tracking.quiet_mlflow import SYSTEM_METRICS_MONITOR, quiet_info
 from recipes.tracking.tracked_run import tracked_run
 
 
@@ -40,14 +41,16 @@ class SystemMetrics(Callback):
             return
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor  # noqa: PLC0415
 
-        # a resumed fit continues its series after the last logged step
-        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=self.interval, samples_before_logging=1,
-                                            resume_logging=True, tracking_uri=run.tracking_uri)
-        self.monitor.start()
+        with quiet_info(*SYSTEM_METRICS_MONITOR):  # MLflow's started/stopped lines: nothing to act on
+            # a resumed fit continues its series after the last logged step
+            self.monitor = SystemMetricsMonitor(run_id, sampling_interval=self.interval, samples_before_logging=1,
+                                                resume_logging=True, tracking_uri=run.tracking_uri)
+            self.monitor.start()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.monitor is not None:
-            self.monitor.finish()
+            with quiet_info(*SYSTEM_METRICS_MONITOR):
+                self.monitor.finish()
             self.monitor = None
 
 

@@ -123,12 +123,14 @@ class TrackedRun:
         from recipes.tracking.logged_model import (
             MODEL_URI_PREFIX, best_step, last_step, log_logged_model, register_logged_model,
         )
+        from recipes.tracking.quiet_mlflow import quiet_model_logging
 
         client, run_id = self.logger.experiment, self.logger.run_id
         signature, example = None, None
         if input_example is not None:
             example = input_example[0]
-            signature = infer_signature(input_example[0], input_example[1])
+            with quiet_model_logging():  # MLflow's hint about integer columns: the class index, the model's check
+                signature = infer_signature(input_example[0], input_example[1])
             columns = signature.inputs.inputs
             if all(isinstance(c, ColSpec) for c in columns):
                 # optional columns: a missing one reaches the model's own check, whose error names it in one line
@@ -139,17 +141,18 @@ class TrackedRun:
         step = self._write(lambda: last_step(client, run_id)) if step is None else step
 
         def save(path: str, mlflow_model: Any) -> None:
-            mlflow.pyfunc.save_model(
-                path=path,
-                python_model=code_path,
-                artifacts=artifacts,
-                model_config=model_config,
-                signature=signature,
-                input_example=example,
-                mlflow_model=mlflow_model,
-                # named here rather than inferred: MLflow's inference runs the model in a subprocess (seconds)
-                pip_requirements=pip_requirements(),
-            )
+            with quiet_model_logging():  # MLflow's notes on the type hints, the example, the checkpoint's copy
+                mlflow.pyfunc.save_model(
+                    path=path,
+                    python_model=code_path,
+                    artifacts=artifacts,
+                    model_config=model_config,
+                    signature=signature,
+                    input_example=example,
+                    mlflow_model=mlflow_model,
+                    # named here rather than inferred: MLflow's inference runs the model in a subprocess (seconds)
+                    pip_requirements=pip_requirements(),
+                )
 
         checkpoint = {"loopwise.checkpoint": Path(artifacts["checkpoint"]).name} if "checkpoint" in artifacts else {}
 
