@@ -196,7 +196,8 @@ def init_from_overlap(
     try:
         counted = count_rows(datamodule, rebuilt_training_rows(datamodule, trained))
     except Exception as err:  # noqa: BLE001  (any data module's own error: the fit goes on, the line says why)
-        return f"init_from {reference}: its training split could not be rebuilt to compare rows ({err})"
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return f"init_from {reference}: its training split could not be rebuilt to compare rows ({reason})"
     if counted is None or not counted[0]:
         return None  # nothing to compare with, or no validation or test rows
     counts, compared_by = counted
