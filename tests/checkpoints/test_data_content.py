@@ -18,6 +18,7 @@ import torch
 
 from recipes.checkpoints.data_content import DATA_KEY, SPLIT_TAG
 from recipes.cli import main
+from recipes.tracking import dataset_inputs
 from recipes.tracking.dataset_inputs import file_digest
 from tests.conftest import CONFIGS, REPO, runs_of
 
@@ -100,7 +101,6 @@ def test_an_edited_source_under_the_same_path_is_refused_in_one_line(here, capsy
                           str(here["last"]))
             assert err.startswith("recipes: error: ")
             assert "the source's content differs from the one this checkpoint was trained on" in err
-            print(err)
             assert f"(digest {here['digest'][:8]} vs {now[:8]}: {DATA} edited, replaced or reordered since)" in err
             assert "--allow_data_change true" in err
     assert len(runs_of(directory, EXPERIMENT)) == 1  # nothing ran, no run was made
@@ -170,3 +170,17 @@ def test_a_changed_preprocessing_of_the_same_bytes_is_said_and_tagged(here, caps
     run = runs_of(here["directory"], EXPERIMENT)[-1]
     saved = torch.load(here["last"], map_location="cpu", weights_only=True)[DATA_KEY]["splits"]["test"]
     assert run.data.tags[SPLIT_TAG].startswith(f"test: {saved} -> ")
+
+
+def test_a_command_reads_the_source_once(here, monkeypatch):
+    """The guard, the dataset inputs and the split check share one digest of the file per command."""
+    opened = []
+
+    def counting_open(file, *args, **kwargs):
+        opened.append(Path(file).name)
+        return open(file, *args, **kwargs)
+
+    monkeypatch.setattr(dataset_inputs, "_DIGESTS", {})
+    monkeypatch.setattr(dataset_inputs, "open", counting_open, raising=False)
+    main(["test", "-c", str(TABULAR), "--data.init_args.path", DATA, "--ckpt_path", "last"])
+    assert opened == [DATA]
