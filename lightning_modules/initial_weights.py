@@ -295,9 +295,12 @@ def load_initial_weights(network: nn.Module, spec: InitialWeights, path: str | N
     check_dtypes(usable, own, spec.path)
     report.missing = [k for k in own if k not in tensors and not matches(k, spec.exclude)]
     if spec.strict and not report.complete:
+        parts = parts_that_differ(report)
+        leave_out = f", leave parts out (init_from.exclude: {show_parts(parts)})" if parts and any(
+            not matches(k, parts) for k in usable) else ""  # fmt: skip
         raise ValueError(
-            f"{report.summary()}. Map the keys (init_from.strip_prefix / add_prefix / into), leave parts out "
-            "(init_from.exclude: ['head']) or load what matches with init_from.strict: false"
+            f"{report.summary()}. Map the keys (init_from.strip_prefix / add_prefix / into){leave_out} or load what "
+            "matches with init_from.strict: false"
         )
     if not usable:
         raise ValueError(f"{report.summary()}: no key of the file matches the network (check strip_prefix/into)")
@@ -306,6 +309,19 @@ def load_initial_weights(network: nn.Module, spec: InitialWeights, path: str | N
     report.loaded = list(usable)
     report.loaded_parameters = sum(v.numel() for k, v in usable.items() if k in dict(target.named_parameters()))
     return report
+
+
+def parts_that_differ(report: WeightsReport) -> list[str]:
+    """The modules (a key less its last name: ``net.6`` for ``net.6.weight``) holding the keys of another shape, the
+    keys the network lacks or the keys the file lacks, in order: what ``init_from.exclude`` would leave out."""
+    keys = [key for key, _, _ in report.mismatched] + report.unexpected + report.missing
+    return list(dict.fromkeys(key.rpartition(".")[0] or key for key in keys))
+
+
+def show_parts(parts: list[str], limit: int = SHOWN_KEYS) -> str:
+    """``parts`` as the YAML list to write (up to ``limit`` of them named)."""
+    more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
+    return "[" + ", ".join(repr(p) for p in parts[:limit]) + "]" + more
 
 
 def check_dtypes(tensors: dict[str, Tensor], own: dict[str, Tensor], source: str) -> None:
