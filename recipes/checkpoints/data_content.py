@@ -82,11 +82,15 @@ class DataContent(Callback):
         datamodule = getattr(trainer, "datamodule", None)
         self.content = data_content(trainer, datamodule) if datamodule is not None else None
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         if self.content is not None:
             checkpoint[DATA_KEY] = {"source": self.content["source"], "splits": dict(self.content["splits"])}
 
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         saved = checkpoint.get(DATA_KEY)
         self.trained = saved if isinstance(saved, dict) and trainer.state.fn != TrainerFn.FITTING else None
 

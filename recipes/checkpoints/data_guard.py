@@ -139,11 +139,14 @@ def guard_data_settings(
         flags = " ".join(f"--data.init_args.{c.name} {c.trained}" for c in settings)
         what = [c.describe() for c in edited]
         if settings:
-            what.append(("and " if edited else "") + "other data settings (" + "; ".join(c.describe() for c in settings)
-                        + ")")
-        fix = " and ".join((["use the file it was trained on"] if edited else []) + ([f"pass {flags}"] if flags else []))
-        opening = f"--ckpt_path {ckpt_path}: " + "; ".join(what) if edited else (
-            f"--ckpt_path {ckpt_path} was trained with " + what[0])
+            described = "; ".join(c.describe() for c in settings)
+            what.append(("and it was trained with " if edited else "") + f"other data settings ({described})")
+        fixes = (["use the file it was trained on"] if edited else []) + ([f"pass {flags}"] if flags else [])
+        fix = " and ".join(fixes)
+        if edited:
+            opening = f"--ckpt_path {ckpt_path}: " + "; ".join(what)
+        else:
+            opening = f"--ckpt_path {ckpt_path} was trained with " + what[0]
         raise DataSettingsChanged(
             opening
             + f": `{stage}` would not use the split the model was trained against, and may score rows it trained "

@@ -48,15 +48,16 @@ def tensor_digest(tensors: list[torch.Tensor]) -> str:
 _DIGESTS: dict[tuple[Any, ...], str] = {}
 
 
-def file_digest(path: Path) -> str:
+def file_digest(path: Path, cached: bool = True) -> str:
     """SHA-256 of a file's bytes, or of a folder's files (relative names and bytes, in sorted order).
 
-    Computed once per process for the same unchanged files (same size, modification and change times, inode)."""
+    Computed once per process for the same unchanged files (same size, modification and change times, inode);
+    ``cached=False`` reads the bytes again (and keeps the result)."""
     path = Path(path)
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
     stats = [(file, file.stat()) for file in files]
     key = (str(path.resolve()), tuple((str(f), s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino) for f, s in stats))
-    if key in _DIGESTS:
+    if cached and key in _DIGESTS:
         return _DIGESTS[key]
     digest = hashlib.sha256()
     for file in files:

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from recipes.checkpoints.data_content import DATA_KEY, SPLIT_TAG
+from recipes.checkpoints.data_guard import ContentChange, DataChange, DataSettingsChanged, guard_data_settings
 from recipes.cli import main
 from recipes.tracking import dataset_inputs
 from recipes.tracking.dataset_inputs import file_digest
@@ -184,3 +185,26 @@ def test_a_command_reads_the_source_once(here, monkeypatch):
     monkeypatch.setattr(dataset_inputs, "open", counting_open, raising=False)
     main(["test", "-c", str(TABULAR), "--data.init_args.path", DATA, "--ckpt_path", "last"])
     assert opened == [DATA]
+
+
+def test_content_and_settings_are_named_together_and_an_older_checkpoint_compares_the_path(tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("a,b\n1,2\n")
+    now = {"path": str(table), "seed": 0}
+    with pytest.raises(DataSettingsChanged) as refusal:
+        guard_data_settings("x.ckpt", "test", {"path": "elsewhere.csv", "seed": 4}, now, False,
+                            content={"source": "0" * 32})
+    message = str(refusal.value)
+    assert message.startswith("--ckpt_path x.ckpt: the source's content differs") and "\n" not in message
+    assert f"(digest 00000000 vs {file_digest(table)[:8]}: {table} edited" in message
+    assert "and it was trained with other data settings (seed 4 in the checkpoint, 0 now)" in message
+    assert "Use the file it was trained on and pass --data.init_args.seed 4 to match it" in message
+    # the same bytes: the path is not compared; without the digest (an older checkpoint) it is, as text
+    same = {"source": file_digest(table), "splits": {}}
+    assert guard_data_settings("x.ckpt", "test", {"path": "elsewhere.csv", "seed": 0}, now, False, content=same) == []
+    assert guard_data_settings("x.ckpt", "test", {"path": "elsewhere.csv", "seed": 0}, now, True) == [
+        DataChange("path", "elsewhere.csv", str(table))
+    ]
+    # a generated source (no digest) compares the settings only
+    assert guard_data_settings("x.ckpt", "test", {"seed": 4}, {"seed": 4}, False, content={"source": None}) == []
+    assert not isinstance(DataChange("path", 1, 2), ContentChange)
