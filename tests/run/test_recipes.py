@@ -59,7 +59,8 @@ def test_digits_recipe_reaches_the_svc_on_its_split(digits_run):
     svc_acc = float((svc.predict(x_test.flatten(1).numpy()) == y_test.numpy()).mean())
     test_acc = runs_of(digits_run, "digits_convnet")[-1].data.metrics["test/acc"]
     assert svc_acc == pytest.approx(268 / 269)
-    assert test_acc >= svc_acc
+    # as counts of right images: MLflow's test/acc is a float32 (268/269 reads 0.99628252 beside SVC's 0.99628253)
+    assert round(test_acc * len(y_test)) >= round(svc_acc * len(y_test))
 
 
 @pytest.mark.slow
