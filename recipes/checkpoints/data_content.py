@@ -8,7 +8,7 @@ inputs' records are reused, the file's digest is cached: a large file is read on
 
 The data guard (``recipes.checkpoints.data_guard``) compares an evaluation's source with ``source`` before anything
 runs. After the data is set up, ``validate``/``test``/``predict`` (on a split) compare the split they evaluate with
-the checkpoint's: the same source bytes and settings but another split content means the preprocessing code changed
+the checkpoint's (a split of tensors; another dataset's digest is its source's and settings', compared already): the same source bytes and settings but another split content means the preprocessing code changed
 since the checkpoint was written. That is said in one warning line and recorded as the run tag
 ``loopwise.split_content_changed`` (not refused: the rows can be the same, encoded otherwise); an evaluation that
 the user allowed on other data (``--allow_data_change``) expects other splits and is not told again.
@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
 from datamodules.recipe_contract import predicts_new_data, split_datasets_of
-from recipes.tracking.dataset_inputs import DataInputs, data_source, split_record
+from recipes.tracking.dataset_inputs import DataInputs, data_source, dataset_tensors, split_record
 from recipes.tracking.tracked_run import tracked_run
 
 DATA_KEY = "loopwise_data"
@@ -103,6 +103,8 @@ class DataContent(Callback):
             return
         if trainer.state.fn == TrainerFn.PREDICTING and predicts_new_data(datamodule):
             return
+        if dataset_tensors((split_datasets_of(datamodule) or {}).get(split)) is None:
+            return  # no tensors: its digest is the source's and the settings', which the data guard compared
         was = (trained.get("splits") or {}).get(split)
         now = split_digests(trainer, datamodule, (split,)).get(split)
         if not was or not now or was == now:
