@@ -39,12 +39,13 @@ class ClassificationModule(Task):
     """Train a network to classify its inputs.
 
     ``multiclass``: the network outputs ``num_classes`` logits; cross entropy with optional label smoothing and
-    class weights. Label smoothing is a training-only term: ``train/loss`` includes it, ``val/loss`` and ``test/loss``
-    are the plain (class-weighted) loss of the logits, so runs with different smoothing compare. ``binary``: one logit; BCE with logits, class weights become ``pos_weight = w[1] / w[0]``.
+    class weights. ``binary``: one logit; BCE with logits, class weights become ``pos_weight = w[1] / w[0]``.
     ``multilabel``: ``num_classes`` independent logits and 0/1 targets of shape ``(batch, num_classes)``; BCE with
-    logits, class weights are per-label ``pos_weight``. Metrics: accuracy and macro F1 per stage (``val/acc``,
-    ``val/f1``), AUROC on val/test (``val/auroc``), and the confusion matrix of the last val/test epoch in
-    ``last_confusion_matrix`` (multiclass and binary).
+    logits, class weights are per-label ``pos_weight``. Label smoothing is a training-only term: ``train/loss``
+    includes it, ``val/loss`` and ``test/loss`` are the plain (class-weighted) loss of the logits, so runs with
+    different smoothing compare. Metrics: accuracy and macro F1 per stage (``val/acc``, ``val/f1``), AUROC on
+    val/test (``val/auroc``), and the confusion matrix of the last val/test epoch in ``last_confusion_matrix``
+    (multiclass and binary).
 
     The other arguments (``optimizer``, ``schedule``, ``monitor``, ``monitor_mode``, ``compile``, ``channels_last``)
     are ``Task``'s, passed on through ``**kwargs``; ``monitor`` defaults to ``val/acc``.

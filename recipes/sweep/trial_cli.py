@@ -5,8 +5,8 @@ process through ``TrialCLI``, the ``RecipesCLI`` subclass built with the trial (
 ``RecipesCLI``'s extension points, what makes the fit a trial: the trial's tags (``extra_run_tags``:
 ``loopwise.sweep.*`` and ``mlflow.parentRunId``, which nests its MLflow run under the sweep's parent run) and its
 ``TrialPruning`` callback (``extra_callbacks``); before the fit starts, the trial's swept values become params of
-its run (``before_fit``: ``sweep.<key>``, ``ActiveTrial.run_params``). A plain ``RecipesCLI`` knows nothing of sweeps: a fit after the
-sweep in the same process gets neither.
+its run (``before_fit``: ``sweep.<key>``, ``ActiveTrial.run_params``). A plain ``RecipesCLI`` knows nothing of
+sweeps: a fit after the sweep in the same process gets neither.
 
 Rank 0 (``recipes.sweep.runner``) and the DDP processes that follow it (``recipes.sweep.processes``) run trials here.
 """

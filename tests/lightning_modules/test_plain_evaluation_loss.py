@@ -63,7 +63,8 @@ def test_class_weights_stay_in_the_evaluation_loss_only_the_smoothing_goes():
     module = ClassificationModule(net, num_classes=3, label_smoothing=0.3, class_weights=w, optimizer=frozen_sgd)
     metrics, tested = fitted(module, x, y)
     assert metrics["train/loss"] == pytest.approx(smoothed, rel=1e-5)
-    assert metrics["val/loss"] == pytest.approx(plain, rel=1e-5) and tested["test/loss"] == pytest.approx(plain, rel=1e-5)
+    assert metrics["val/loss"] == pytest.approx(plain, rel=1e-5)
+    assert tested["test/loss"] == pytest.approx(plain, rel=1e-5)
 
 
 @pytest.mark.parametrize("task", ["binary", "multilabel"])
@@ -80,7 +81,8 @@ def test_binary_and_multilabel_evaluation_loss_is_bce_of_the_hard_labels(task):
                                   optimizer=frozen_sgd)
     metrics, tested = fitted(module, x, y)
     assert metrics["train/loss"] == pytest.approx(smoothed, rel=1e-5)
-    assert metrics["val/loss"] == pytest.approx(plain, rel=1e-5) and tested["test/loss"] == pytest.approx(plain, rel=1e-5)
+    assert metrics["val/loss"] == pytest.approx(plain, rel=1e-5)
+    assert tested["test/loss"] == pytest.approx(plain, rel=1e-5)
 
 
 def test_a_regression_without_training_only_terms_reports_the_same_loss_in_training_and_evaluation():
@@ -89,5 +91,6 @@ def test_a_regression_without_training_only_terms_reports_the_same_loss_in_train
     net = linear(4, 1)
     expected = F.huber_loss(net(x).detach().squeeze(-1), y, delta=0.5).item()
     metrics, tested = fitted(RegressionModule(net, loss="huber", huber_delta=0.5, optimizer=frozen_sgd), x, y)
-    assert metrics["train/loss"] == pytest.approx(expected, rel=1e-5) and metrics["val/loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["train/loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["val/loss"] == pytest.approx(expected, rel=1e-5)
     assert tested["test/loss"] == pytest.approx(expected, rel=1e-5)

@@ -49,7 +49,8 @@ def test_a_label_smoothing_sweep_picks_the_smoothed_trial_when_its_plain_val_los
     runs = trial_runs(workdir, "spiral_mlp")
     for trial in study.trials:
         params = runs[trial.number].data.params
-        assert params[f"sweep.{SMOOTHING}"] == str(trial.params[SMOOTHING]) and params[f"sweep.{HIDDEN}"] == "[128, 128]"
+        assert params[f"sweep.{SMOOTHING}"] == str(trial.params[SMOOTHING])
+        assert params[f"sweep.{HIDDEN}"] == "[128, 128]"
         assert params["lr"] == "0.01" and runs[trial.number].info.status == "FINISHED"  # the recipe's own params too
     assert f"best trial {smoothed.number}: val/loss" in capsys.readouterr().out
 
@@ -71,5 +72,6 @@ def test_every_swept_value_of_the_tabular_sweep_is_a_param_of_its_trial_run_besi
     for key, value in json.loads(run.data.tags["loopwise.sweep.params"]).items():
         assert params[f"sweep.{key}"] == (json.dumps(value) if isinstance(value, list) else str(value))
     lr = trial.params["model.init_args.optimizer.init_args.lr"]
-    assert float(params["lr"]) == pytest.approx(lr) and float(params["sweep.model.init_args.optimizer.init_args.lr"]) == lr
+    assert float(params["sweep.model.init_args.optimizer.init_args.lr"]) == lr
+    assert float(params["lr"]) == pytest.approx(lr)  # the recipe's own param, beside it
     assert run.info.status == "FINISHED"
