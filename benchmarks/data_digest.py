@@ -75,7 +75,7 @@ def sha256_only(path: Path) -> str:
 
 def recipes_command(directory: Path, *args: str) -> list[str]:
     data = ["--data.init_args.path", DATA, "--data.init_args.target", "label", "--data.init_args.categorical", "[]"]
-    return [sys.executable, "-m", "recipes.cli", *args, "-c", str(TABULAR), *data, *QUIET]
+    return [sys.executable, "-m", "recipes", *args, "-c", str(TABULAR), *data, *QUIET]
 
 
 def run_command(directory: Path, *args: str) -> None:
@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         (directory / "mlflow.db").unlink(missing_ok=True)
         run_command(directory, "fit", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
                     "--trainer.limit_val_batches", "1")
+        if not list((directory / "checkpoints").rglob("last.ckpt")):
+            raise SystemExit(f"the fit in {directory} wrote no last.ckpt")
         figures["test_s"] = median(timed(lambda: run_command(directory, "test", "--ckpt_path", "last"), args.repeats))
     print(f"median of {args.repeats}: file_digest {figures['digest_s']:.3f} s ({size_mb / figures['digest_s']:.0f} "
           f"MB/s), hashlib.file_digest {figures['sha256_s']:.3f} s, pandas.read_csv {figures['read_csv_s']:.3f} s"
