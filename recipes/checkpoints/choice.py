@@ -12,8 +12,8 @@
 * ``last``: the newest ``last.ckpt`` among the experiment's fit runs, whatever their status (FINISHED, KILLED, and the
   FAILED or still RUNNING runs a crash or a hard kill leaves: resuming those is what ``last`` is for).
 * Only tracked runs are candidates: smoke runs (``fast_dev_run``, ``configs/trainer/debug.yaml``: no MLflow run)
-  never become ``best`` or ``last``. Candidates whose data settings differ from this run's (another seed, split,
-  file, ...) are skipped, and the choice says so.
+  never become ``best`` or ``last``. Candidates whose data differ from this run's (a source whose content digest
+  differs, another seed, split, ...: ``recipes.checkpoints.data_guard``) are skipped, and the choice says so.
 * A candidate file that cannot be read (truncated, not a checkpoint) is never skipped silently: it might be the one
   that should win (the better run's ``best.ckpt``, the newer run's ``last.ckpt``), so ``best`` (any damaged
   ``best.ckpt``) and ``last`` (a damaged ``last.ckpt`` newer than the chosen one) refuse with the file, the reason,
