@@ -117,14 +117,16 @@ def store_run(run_id: str, tracking_uri: str | None) -> Any:
         return None
 
 
-def described(reference: str, run_id: str, path: Path, alias: str, run: Any, origin: str) -> ResolvedCheckpoint:
+def described(
+    reference: str, run_id: str, path: Path, alias: str, run: Any, origin: str, option: str = "--ckpt_path"
+) -> ResolvedCheckpoint:
     """Print what ``reference`` (``run:``/``mlflow:``) loads: the run, who ran it where, the epoch and value, where the
     file came from (rank 0); the file is read once here and handed on (a file that cannot be read is left to the
     checks that follow, which name the problem)."""
     tags = dict(run.data.tags) if run is not None else {}
     text, loaded = describe_run_file(run_id, path, alias, tags, origin)
     if text and rank_zero_only.rank == 0:
-        print(f"recipes: --ckpt_path {reference} = {path.resolve()} ({text})", flush=True)
+        print(f"recipes: {option} {reference} = {path.resolve()} ({text})", flush=True)
     return ResolvedCheckpoint(str(path.resolve()), loaded)
 
 
@@ -135,6 +137,7 @@ def resolve_checkpoint(
     tracking_uri: str | None = None,
     data_now: Mapping[str, Any] | None = None,
     metric: CommandMetric | None = None,
+    option: str = "--ckpt_path",
 ) -> ResolvedCheckpoint:
     """Turn a ``--ckpt_path`` reference into a checkpoint file and check that it exists:
 
@@ -146,13 +149,14 @@ def resolve_checkpoint(
       ``mlflow:<run id>/best|last``: a downloaded copy of that run's checkpoint artifact; both print the run, who ran
       it where, the epoch and value. Anything else: a file path.
 
-    Raises ``FileNotFoundError`` naming what was looked for.
+    ``option`` names the setting in what is printed (``init_from`` for a task's initial weights). Raises
+    ``FileNotFoundError`` naming what was looked for.
     """
     ref = MLFLOW_REF.match(ckpt_path)
     if ref is not None:
         path = Path(download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri))
         run = store_run(ref["run_id"], tracking_uri)
-        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, "downloaded from the store")
+        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, "downloaded from the store", option)
     if ckpt_path.startswith("mlflow:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected mlflow:<run id>/best or mlflow:<run id>/last")
     ref = RUN_REF.match(ckpt_path)
@@ -168,7 +172,7 @@ def resolve_checkpoint(
                 )
             fetched = fetch_checkpoint(store_client(tracking_uri), run, ref["alias"], root, ckpt_path)
             path, origin = fetched.path, "fetched from the store" if fetched.downloaded else "the store's copy, cached"
-        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, origin)
+        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, origin, option)
     if ckpt_path.startswith("run:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected run:<run id>/best or run:<run id>/last")
     if ckpt_path in ALIASES:

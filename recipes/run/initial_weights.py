@@ -39,7 +39,7 @@ def load_task_initial_weights(
     local = None
     if spec.path.startswith(TRACKED_REFERENCE_PREFIXES):
         try:
-            local = resolve_checkpoint(spec.path, experiment, checkpoints_dir, tracking_uri).path
+            local = resolve_checkpoint(spec.path, experiment, checkpoints_dir, tracking_uri, option="init_from").path
         except FileNotFoundError as err:
             raise FileNotFoundError(str(err).replace("--ckpt_path", "init_from")) from None
     report = model.load_initial_weights(local)

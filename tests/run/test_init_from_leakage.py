@@ -78,7 +78,9 @@ def test_another_seed_warns_once_with_the_exact_counts_and_tags_the_run(fits):
     now = split_rows(fits["table"], 1)
     val, test = len(now["val"] & trained), len(now["test"] & trained)
     assert len(now["val"]) == len(now["test"]) == 60 and val > 0 and test > 0
-    _, err, tags = fits["other_seed"]
+    out, err, tags = fits["other_seed"]
+    # the fetched file is announced under the setting that named it, not as --ckpt_path
+    assert f"recipes: init_from {fits['reference']} = " in out and "--ckpt_path" not in out, out
     warnings = [line for line in err.splitlines() if "init_from" in line and "warning" in line]
     assert warnings == [
         f"recipes: warning: init_from {fits['reference']} was trained on {val} of this run's 60 validation rows and "
