@@ -50,8 +50,10 @@ def fresh_fit(directory: Path, *args: str) -> subprocess.CompletedProcess:
         env.pop(name)
     out = subprocess.run(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *EPOCHS, *args],
-        cwd=directory, env=env, capture_output=True, text=True, timeout=300,
+        cwd=directory, env=env, capture_output=True, timeout=300,
     )
+    # decoded here rather than with text=True, which turns a progress bar's carriage returns into new lines
+    out.stdout, out.stderr = out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
 
