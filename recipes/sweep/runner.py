@@ -35,6 +35,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from recipes.tracking.sqlite_store import prepare_sqlite_store
+from recipes.tracking.quiet_mlflow import no_progress_bar
 from recipes.sweep.objective import objective_of
 from recipes.sweep.space import SweepFile, choice_value
 from recipes.sweep.study import (
@@ -88,7 +89,7 @@ def write_best_config(client: MlflowClient, study: optuna.Study, experiment: str
     run_id = trial_run_id(client, experiment, study.study_name, best.number)
     if run_id is None:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, no_progress_bar():  # one small file: MLflow's bar says nothing
         config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml", tmp)).read_text())
     # the winner trained as an ordinary recipe: its own run name, and its MLflow model (trials skip it)
     logger = (config.get("trainer") or {}).get("logger")
