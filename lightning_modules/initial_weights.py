@@ -296,8 +296,8 @@ def load_initial_weights(network: nn.Module, spec: InitialWeights, path: str | N
     report.missing = [k for k in own if k not in tensors and not matches(k, spec.exclude)]
     if spec.strict and not report.complete:
         parts = parts_that_differ(report)
-        leave_out = f", leave parts out (init_from.exclude: {show_parts(parts)})" if parts and any(
-            not matches(k, parts) for k in usable) else ""  # fmt: skip
+        rest_loads = any(not matches(key, parts) for key in usable)  # leaving the parts out would still load some
+        leave_out = f", leave parts out (init_from.exclude: {show_parts(parts)})" if parts and rest_loads else ""
         raise ValueError(
             f"{report.summary()}. Map the keys (init_from.strip_prefix / add_prefix / into){leave_out} or load what "
             "matches with init_from.strict: false"
