@@ -8,7 +8,7 @@
   litmodels) and that say it loads the train loader early to count the steps (the recipes' schedules ask for
   ``estimated_stepping_batches``) are dropped; its other lines (seed, devices, why the fit stopped) stay.
 
-``quiet_lightning`` installs these once per process (``RecipesCLI`` does when it is imported).
+``quiet_lightning`` installs these (``RecipesCLI`` does when it is built; again changes nothing).
 """
 
 from __future__ import annotations

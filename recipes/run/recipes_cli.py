@@ -63,12 +63,6 @@ from recipes.run.errors import INPUT_ERRORS, RecipeInputError, concise_error
 from recipes.run.lightning_noise import quiet_lightning
 from recipes.tracking.warning_lines import one_line_warnings
 
-# Lightning's notes a recipe user cannot act on (torch's LeafSpec deprecation that Lightning 2.6 raises every step,
-# the fit-time callbacks an evaluation lacks, its tips), by the Lightning module that prints them; loopwise's own
-# warnings as one `recipes: warning:` line
-quiet_lightning()
-one_line_warnings()
-
 
 def data_init_args(cfg: Namespace) -> dict[str, Any]:
     """The data module's ``init_args`` of a parsed config, as a plain dict."""
@@ -106,6 +100,12 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
     """
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        # Lightning's notes a recipe user cannot act on (torch's LeafSpec deprecation that Lightning 2.6 raises every
+        # step, the fit-time callbacks an evaluation lacks, its tips), by the Lightning module that prints them;
+        # loopwise's own warnings as one `recipes: warning:` line (set by each command: warning filters added at import
+        # are lost when a `warnings.catch_warnings` block around that import ends, as pytest's around each test)
+        quiet_lightning()
+        one_line_warnings()
         self.checkpoint: CheckpointSummary | None = None  # the checked --ckpt_path, once parsed
         self.ckpt_path_given: str | None = None  # --ckpt_path as the user gave it (best, last, mlflow:..., a file)
         self.data_changes: list[DataChange] = []  # evaluation on other data settings, allowed by the user
