@@ -6,9 +6,11 @@ rows that apply. (Lightning itself moves checkpoint callbacks after all others, 
 every other callback has seen the validation; the table lists them where the recipe adds them.)
 
 Rows marked ``alone`` go to the Trainer as callbacks of their own: Lightning looks for them by type (checkpoints,
-early stopping, the prediction writer), they keep state in checkpoints, or their place matters (the loop doctor
-comes last). The others are handed over as one ``CallbackGroup`` where the first of them stands: Lightning calls
-every hook on every callback, a cost per callback on every training step (``recipes.run.callback_group``).
+early stopping, the prediction writer) and does not look inside a group. The others, those with checkpoint state
+included (the group keeps each member's state under the member's own key), are handed over as one ``CallbackGroup``
+where the first of them stands: Lightning calls every hook on every callback, a cost per callback on every training
+step (``recipes.run.callback_group``). The loop doctor is the group's last member, after the command's extra
+callbacks.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class CallbackSlot:
     why_here: str
     applies: Callable[[RecipeRun], bool] = lambda run: True
     alone: bool = False  # given to the Trainer on its own, not inside the group
+    last: bool = False  # the group's last member, after the command's extra callbacks
 
 
 def _predictions_path(run: RecipeRun) -> str:
@@ -105,15 +108,13 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         "random_states",
         FIT,
         lambda run: RandomStates(),
-        "a resumed run draws what an uninterrupted one would",
-        alone=True,  # its state is in the checkpoint
+        "a resumed run draws what an uninterrupted one would (its state in the checkpoint under its own key)",
     ),
     CallbackSlot(
         "plateau_step_on_resume",
         FIT,
         lambda run: PlateauStepOnResume(),
-        "the plateau step Lightning skips on resume",
-        alone=True,  # its state is in the checkpoint
+        "the plateau step Lightning skips on resume (its state in the checkpoint under its own key)",
     ),
     CallbackSlot(
         "loader_position_on_resume",
@@ -208,8 +209,10 @@ RECIPE_CALLBACKS: tuple[CallbackSlot, ...] = (
         "loop_doctor",
         FIT,
         lambda run: LoopDoctor(**(run.loop_doctor or {})),
-        "last: its batch timer then counts the other callbacks' batch hooks as compute, not as data wait",
-        alone=True,
+        "last, after the command's extra callbacks: its batch timer then counts the other callbacks' batch hooks "
+        "as compute, not as data wait (only the checkpoints, which Lightning calls after every other callback, and "
+        "early stopping, which has no batch hooks, come after it)",
+        last=True,
     ),
 )
 
@@ -219,25 +222,29 @@ def recipe_callbacks(run: RecipeRun, extra: Sequence[Callback] = ()) -> list[Cal
     ``alone`` as one ``CallbackGroup`` where the first of them stands (a single one as itself).
 
     ``extra``: callbacks the command adds to the recipe's (``RecipesCLI.extra_callbacks``, e.g. a sweep trial's
-    pruning callback); they join the group after the table's grouped rows, so they must keep no checkpoint state."""
+    pruning callback); they join the group after the table's grouped rows, before the rows marked ``last`` (their
+    checkpoint state, if any, is kept under their own ``state_key``)."""
     built: list[Callback] = []
     group: list[Callback] = []
+    last: list[Callback] = []
     for slot in RECIPE_CALLBACKS:
         if run.stage not in slot.stages or not slot.applies(run):
             continue
         callback = slot.build(run)
         if slot.alone:
             built.append(callback)
-        else:
-            if not group:
-                built.append(callback)  # the group's place, filled in below
-            group.append(callback)
+            continue
+        if not group and not last:
+            built.append(callback)  # the group's place, filled in below
+        (last if slot.last else group).append(callback)
     for callback in extra:
-        if not group:
+        if not group and not last:
             built.append(callback)  # the group's place, filled in below
         group.append(callback)
-    if len(group) > 1:
-        built[built.index(group[0])] = CallbackGroup(group)
+    members = group + last
+    if len(members) > 1:
+        place = next(i for i, c in enumerate(built) if any(c is m for m in members))
+        built[place] = CallbackGroup(members)
     return built
 
 

@@ -31,8 +31,10 @@ def test_a_trials_fit_gets_its_tags_and_pruning_callback_and_a_plain_fit_after_i
     pruning = [c for c in flat(cli.trainer.callbacks) if isinstance(c, TrialPruning)]
     assert len(pruning) == 1 and pruning[0].active is active
     [group] = [c for c in cli.trainer.callbacks if isinstance(c, CallbackGroup)]
-    # where the table's sweep row stood: the last grouped callback, after the epoch summary
-    assert group.members[-1] is pruning[0] and isinstance(group.members[-2], EpochSummary)
+    # where the table's sweep row stood: after the epoch summary, before the loop doctor (the group's last member
+    # since issue 32)
+    assert group.members[-2] is pruning[0] and isinstance(group.members[-3], EpochSummary)
+    assert type(group.members[-1]).__name__ == "LoopDoctor"
     assert len(active.values) == 2 and active.best_value() == max(active.values)  # reported after each validation
     assert list(study.trials[0].intermediate_values) == [0, 1]
 
