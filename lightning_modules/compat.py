@@ -45,6 +45,9 @@ PRIVATE_NAMES: dict[str, str] = {
     "hold_stop_request": "Trainer._signal_connector.received_sigterm",
     "epoch_batches_done": "fit_loop.epoch_loop._num_ready_batches_reached()",
     "is_logging_step": "Trainer._logger_connector.should_update_logs",
+    "step_metrics_step": "fit_loop._should_accumulate(), fit_loop.epoch_loop._batches_that_stepped (the step "
+    "_LoggerConnector.log_metrics writes a batch's step-level metrics at)",
+    "show_step_value": "Trainer._logger_connector._callback_metrics, _logged_metrics, _progress_bar_metrics",
     "time_train_fetches": "fit_loop.epoch_loop._on_before_fetch / _on_after_fetch (profiler hooks around a fetch)",
     "strategy_checkpoint_io_is_set": "Strategy._checkpoint_io",
     "saved_train_loader_states": "checkpoint['loops']['fit_loop']['state_dict']['combined_loader'] (written by "
@@ -119,6 +122,29 @@ def is_logging_step(trainer: Any) -> bool:
     ``log_every_n_steps`` optimizer steps, when the run is stopping, and every step of ``fast_dev_run``). The same
     answer from ``on_train_batch_start`` through ``on_train_batch_end`` of that batch."""
     return bool(trainer._logger_connector.should_update_logs) or bool(trainer.fast_dev_run)
+
+
+def step_metrics_step(trainer: Any) -> int | None:
+    """The step at which Lightning writes the step-level metrics of the training batch in progress to the loggers
+    (its count of optimizer steps before this one), or ``None`` when it writes none after this batch (not a logging
+    step, or a batch that accumulates gradients). Asked in the module's ``on_train_batch_end``."""
+    loop = trainer.fit_loop
+    if loop._should_accumulate() and trainer.lightning_module.automatic_optimization:
+        return None
+    return int(loop.epoch_loop._batches_that_stepped) if is_logging_step(trainer) else None
+
+
+def show_step_value(trainer: Any, name: str, value: torch.Tensor | None = None, bar: float | None = None) -> None:
+    """Put a training step's value where ``self.log(name, value, on_step=True, on_epoch=False, prog_bar=True)``
+    puts it, without the call's result bookkeeping: ``value`` (a tensor) in the trainer's callback metrics
+    (checkpoints, early stopping, the epoch line) and logged metrics, ``bar`` (a number) in its progress-bar
+    metrics."""
+    connector = trainer._logger_connector
+    if value is not None:
+        connector._callback_metrics[name] = value
+        connector._logged_metrics[name] = value
+    if bar is not None:
+        connector._progress_bar_metrics[name] = bar
 
 
 def time_train_fetches(trainer: Any, before: Callable[[], None], after: Callable[[], None]) -> bool:
@@ -274,6 +300,8 @@ __all__ = [
     "mlflow_logger_uploaded_files",
     "optimizer_has_stepped",
     "saved_train_loader_states",
+    "show_step_value",
+    "step_metrics_step",
     "stop_after_this_batch",
     "strategy_checkpoint_io_is_set",
     "time_train_fetches",

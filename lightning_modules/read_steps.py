@@ -22,4 +22,20 @@ def is_read_step(trainer: Any) -> bool:
     return 0 <= trainer.max_steps <= trainer.global_step + 1
 
 
-__all__ = ["is_read_step"]
+def train_values_read_now(trainer: Any) -> bool:
+    """Whether a training step's values are read: Lightning writes step values to the loggers (a logging step), or
+    the epoch or the run ends after it (the epoch line, callbacks and loggers read the epoch's metrics then). Always
+    true without a trainer or outside its fit loop."""
+    return trainer is None or not trainer.training or is_read_step(trainer)
+
+
+def is_last_evaluation_batch(trainer: Any, batch_idx: int | None) -> bool:
+    """Whether ``batch_idx`` is the last batch of a validation or test dataloader, where an evaluation's values are
+    read (always true without a trainer or a batch index: the epoch-end hooks read them then)."""
+    if trainer is None or batch_idx is None:
+        return True
+    counts = trainer.num_test_batches if trainer.testing else trainer.num_val_batches
+    return any(batch_idx + 1 == count for count in counts)
+
+
+__all__ = ["is_last_evaluation_batch", "is_read_step", "train_values_read_now"]

@@ -29,9 +29,10 @@ from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
 from lightning_modules.optim import Constant, Schedule, apply_lr_factors, fused_if_cuda, total_optimizer_steps
 from lightning_modules.plateau_step import PlateauStep, plateau_step_taken
-from lightning_modules.read_steps import is_read_step
+from lightning_modules.read_steps import is_last_evaluation_batch, train_values_read_now
 from lightning_modules.stage_metrics import stage_metrics
 from lightning_modules.step_output import StepOutput, initial_loss_wording
+from lightning_modules.train_step_logging import TrainStepLogging
 
 STAGES = ("train", "val", "test")
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity")
@@ -69,14 +70,15 @@ class Task(LightningModule):
     On CUDA the optimizer is built with ``fused=True`` when its class supports it and the config leaves ``fused``
     and ``foreach`` unset (``optimizer.init_args.fused: false`` keeps the default implementation).
 
-    A training step reads nothing back to the host: ``train/loss`` is handed to Lightning only on the steps whose
-    values reach the loggers (every ``log_every_n_steps``), on the last batch of each epoch and on the run's last
-    step, so the logged values, the progress bar at those steps and the epoch line are those of a per-step
-    ``self.log``; the train metrics' inputs are kept on the device and applied in one update at those steps
+    A training step reads nothing back to the host: ``train/loss`` goes to the loggers, callback metrics and
+    progress bar (``TrainStepLogging``, without ``self.log``'s per-call bookkeeping) only on the steps whose values
+    reach the loggers (every ``log_every_n_steps``), on the last batch of each epoch and on the run's last step, so
+    the logged values, the progress bar at those steps and the epoch line are those of a per-step ``self.log``; the
+    train metrics' inputs are kept on the device and applied in one update at those steps
     (``DeferredMetricUpdates``); validation and test keep theirs until the last batch of each dataloader, so an
-    evaluation batch reads nothing back either. The val and test loss is the plain loss (``evaluation_loss``: no label
-    smoothing), a ``MeanLoss`` weighted by samples (or ``StepOutput.loss_weight``), so under DDP it is that of one
-    process, like the other metrics. Clipping by norm keeps the norm it measures in ``gradient_norm``.
+    evaluation batch reads nothing back either. The val and test loss is the plain loss (``evaluation_loss``: no
+    label smoothing), a ``MeanLoss`` weighted by samples (or ``StepOutput.loss_weight``), so under DDP it is that of
+    one process, like the other metrics. Clipping by norm keeps the norm it measures in ``gradient_norm``.
     """
 
     default_monitor: str = "val/loss"
@@ -128,6 +130,7 @@ class Task(LightningModule):
         self.metric_updates = {s: DeferredMetricUpdates(functools.partial(self.update_metrics, s)) for s in STAGES}
         #: the last optimizer step's total gradient norm before clipping, measured when clipping by norm; else ``None``
         self.gradient_norm: Tensor | None = None
+        self.train_step_logging = TrainStepLogging()  # train/loss to the loggers without self.log's bookkeeping
 
     @staticmethod
     def mode_for(metric: str) -> Literal["min", "max"]:
@@ -279,8 +282,7 @@ class Task(LightningModule):
         if stage == "train":
             if self._train_values_read_now():
                 updates.flush()
-                self.log("train/loss", out.loss.detach(), on_step=True, on_epoch=False, prog_bar=True,
-                         batch_size=out.batch_size)
+                self.train_step_logging.step_read(attached_trainer(self), out.loss)
         else:
             if self._last_evaluation_batch(batch_idx):
                 updates.flush()
@@ -304,22 +306,16 @@ class Task(LightningModule):
     def _last_evaluation_batch(self, batch_idx: int | None) -> bool:
         """Whether ``batch_idx`` is the last batch of a validation or test dataloader (always true outside a
         Trainer, or for a dataloader of unknown length: the epoch-end hooks flush then)."""
-        trainer = attached_trainer(self)
-        if trainer is None or batch_idx is None:
-            return True
-        counts = trainer.num_test_batches if trainer.testing else trainer.num_val_batches
-        return any(batch_idx + 1 == count for count in counts)
+        return is_last_evaluation_batch(attached_trainer(self), batch_idx)
 
     def _train_values_read_now(self) -> bool:
-        """Whether this training step's values are read: Lightning writes step values to the loggers (a logging
-        step), or the epoch or the run ends after it (the epoch line, callbacks and loggers read the epoch's metrics
-        then). Always true outside a Trainer's fit loop."""
-        trainer = attached_trainer(self)
-        return trainer is None or not trainer.training or is_read_step(trainer)
+        """Whether this training step's values are read (``read_steps.train_values_read_now``)."""
+        return train_values_read_now(attached_trainer(self))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trainer.should_stop:  # set during this batch (a signal, a callback): the epoch ends here
             self.metric_updates["train"].flush()
+        self.train_step_logging.batch_end(self.trainer)
 
     def on_validation_end(self) -> None:
         if self.trainer.state.fn == "fit" and self.trainer.should_stop:  # early stopping after a mid-epoch validation
@@ -332,6 +328,7 @@ class Task(LightningModule):
         self._metrics_logged["train"] = False
         self.metric_updates["train"].clear()  # steps of an epoch that ended without its end-of-epoch hooks (an
         start_train_epoch(self.train_metrics, self.loggers, self.global_step)  # exception); a restored epoch logged
+        self.train_step_logging.start_epoch()
 
     def on_validation_epoch_start(self) -> None:
         self._metrics_logged["val"] = False

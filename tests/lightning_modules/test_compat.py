@@ -204,6 +204,57 @@ def test_is_logging_step_matches_the_steps_lightning_logs(tmp_path: Path) -> Non
     assert [i for i, flag in enumerate(seen) if flag] == logged == [2, 5], upgrade_message("is_logging_step")
 
 
+@probes("step_metrics_step")
+@probes("show_step_value")
+def test_step_metrics_step_and_show_step_value_match_a_per_step_self_log(tmp_path: Path) -> None:
+    """A module that logs with ``self.log`` and one that uses the compat functions: the same loggers' calls (steps
+    included, under gradient accumulation), callback, logged and progress-bar metrics."""
+    records = {}
+
+    class Recorder(lightning.pytorch.loggers.Logger):
+        name, version = "recorder", "0"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.logged = []
+
+        def log_hyperparams(self, params, *args, **kwargs) -> None:
+            pass
+
+        def log_metrics(self, metrics, step=None) -> None:
+            self.logged.append((step, dict(metrics)))
+
+    class Logs(BoringModel):
+        def training_step(self, batch, batch_idx):
+            out = super().training_step(batch, batch_idx)
+            self.log("loss", out["loss"], on_step=True, on_epoch=False, prog_bar=True)
+            return out
+
+    class Shows(BoringModel):
+        def training_step(self, batch, batch_idx):
+            out = super().training_step(batch, batch_idx)
+            self.last = out["loss"].detach()
+            compat.show_step_value(self.trainer, "loss", value=self.last)
+            return out
+
+        def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+            compat.show_step_value(self.trainer, "loss", bar=float(self.last))
+            step = compat.step_metrics_step(self.trainer)
+            if step is not None:
+                self.logger.log_metrics({"loss": float(self.last), "epoch": self.trainer.current_epoch}, step=step)
+
+    for module in (Logs, Shows):
+        recorder = Recorder()
+        trainer = tiny_trainer(tmp_path, logger=recorder, log_every_n_steps=2, max_epochs=2, limit_train_batches=6,
+                               accumulate_grad_batches=2, num_sanity_val_steps=0, limit_val_batches=0)
+        lightning.seed_everything(0)
+        trainer.fit(module())
+        records[module] = (recorder.logged, {k: float(v) for k, v in trainer.callback_metrics.items()},
+                           {k: float(v) for k, v in trainer.logged_metrics.items()}, trainer.progress_bar_metrics)
+    assert [step for step, _ in records[Logs][0]] == [1, 3, 5], records[Logs]
+    assert records[Shows] == records[Logs], upgrade_message("step_metrics_step") + " or show_step_value"
+
+
 @probes("time_train_fetches")
 def test_time_train_fetches_brackets_every_fetch(tmp_path: Path) -> None:
     calls = []
