@@ -4,6 +4,12 @@
 torchmetrics metrics) must be in eval mode during validation; after it, the modules that trained just before it must
 be in train mode again. Comparing with the modes right before each validation, not with fixed ones, leaves modules
 the user freezes on purpose (at any time) alone.
+
+What a training batch costs: Lightning captures every module's mode when a validation starts and puts exactly those
+modes back when it ends, unless the LightningModule overrides ``on_validation_model_train`` (then the override
+alone decides; ``ModelHooks.on_validation_model_train``'s documentation). Only such a module can resume training
+with modules left in eval mode, so only for it does the check read the modes after every training batch (the
+snapshot a validation that follows is compared with); for any other module a training batch reads nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +54,12 @@ def modules_in_train_mode(
     return {name for name, module in modules if module.training}
 
 
+def restores_modes_itself(pl_module: pl.LightningModule) -> bool:
+    """Whether Lightning puts back, after each validation, the modes every module had when it started: it does
+    unless the LightningModule overrides ``on_validation_model_train`` (then the override decides)."""
+    return type(pl_module).on_validation_model_train is pl.LightningModule.on_validation_model_train
+
+
 def show_names(names: set[str], pl_module: pl.LightningModule, limit: int = 6) -> str:
     """The first ``limit`` module names, shallowest first ("" shown as the LightningModule's class name)."""
     shown = sorted(names, key=lambda n: (n.count("."), n))
@@ -62,8 +74,9 @@ class TrainEvalModeCheck(DoctorCheck):
     Args:
         reporter: Where findings go (``LoopDoctor`` shares one); a new one when the check is used alone.
 
-    The module tree is walked once per fit; each training batch reads the modes (the snapshot a validation that
-    follows the batch is compared with).
+    The module tree is walked once per fit. Each training batch reads the modes (the snapshot a validation that
+    follows the batch is compared with) only when the LightningModule overrides ``on_validation_model_train``:
+    otherwise Lightning itself restores the modes of right before the validation, and a batch reads nothing.
     """
 
     name = "mode"
@@ -75,6 +88,7 @@ class TrainEvalModeCheck(DoctorCheck):
         self._mode_modules: list[tuple[str, torch.nn.Module]] | None = None  # walked once per fit, read per batch
         self._train_modes: set[str] | None = None  # modules in train mode just before the latest validation
         self._resume_check_pending = False
+        self._snapshots = True  # read the modes after each training batch (set at fit start)
 
     def _modes(self, pl_module: pl.LightningModule) -> set[str]:
         if self._mode_modules is None:
@@ -85,6 +99,8 @@ class TrainEvalModeCheck(DoctorCheck):
     def _check_eval_mode(self, trainer: pl.Trainer, pl_module: pl.LightningModule, where: str) -> None:
         if self.already_reported():
             return
+        if self._mode_modules is not None and not any(module.training for _, module in self._mode_modules):
+            return  # the usual case, without building the set of names
         training = self._modes(pl_module)
         if training:
             self.reporter.report(
@@ -137,9 +153,12 @@ class TrainEvalModeCheck(DoctorCheck):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._mode_modules = mode_modules(pl_module)
+        # without an override, Lightning restores the modes it captured when each validation started
+        self._snapshots = not restores_modes_itself(pl_module)
 
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._train_modes = self._modes(pl_module)
+        if self._snapshots:
+            self._train_modes = self._modes(pl_module)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn == "fit" and self._train_modes is not None:
@@ -151,15 +170,17 @@ class TrainEvalModeCheck(DoctorCheck):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._check_train_mode(trainer, pl_module)
+        if self._resume_check_pending:
+            self._check_train_mode(trainer, pl_module)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._train_modes = self._modes(pl_module)  # a validation may follow this batch
+        if self._snapshots:
+            self._train_modes = self._modes(pl_module)  # a validation may follow this batch
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._check_train_mode(trainer, pl_module)  # after the epoch-end validation
 
 
-__all__ = ["TrainEvalModeCheck", "mode_modules", "modules_in_train_mode", "show_names"]
+__all__ = ["TrainEvalModeCheck", "mode_modules", "modules_in_train_mode", "restores_modes_itself", "show_names"]
