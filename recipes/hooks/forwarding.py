@@ -7,7 +7,9 @@ per hook, the members' bound methods to call (``hook_calls``), built once by ``f
 member names, so a hook that no member needs calls nothing further and a member's empty base-class hooks are never
 called. The callback group (``recipes.run.callback_group.CallbackGroup``: the members' own overrides), the loop
 doctor (``recipes.doctor.loop_doctor.LoopDoctor``: the hooks each part asks for) and a doctor check used alone
-(``recipes.doctor.current_step.StepCheck``: its own step record's hooks) all forward this way.
+(``recipes.doctor.current_step.StepCheck``: its own step record's hooks) all forward this way; a group flattens a
+forwarding member (the recipe's loop doctor is the last member of its group): it calls the member's ``hook_calls``
+itself, so the doctor's parts are called by the same single table as the other callbacks.
 
 A subclass may override a hook to work around the forwarded calls; it then runs ``self.hook_calls[name]`` itself.
 """
