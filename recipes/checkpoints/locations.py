@@ -20,6 +20,7 @@ from recipes.tracking.sqlite_store import sqlite_database_path
 from recipes.tracking.recreated_runs import current_run_id
 from recipes.checkpoints.run_checkpoint import ALIASES
 from recipes.tracking.logger import CHECKPOINT_ARTIFACT_DIR
+from recipes.tracking.pending_replay import replay_before_reading
 from recipes.tracking.uris import default_tracking_uri
 
 MLFLOW_REF = re.compile(r"^mlflow:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
@@ -150,8 +151,11 @@ def resolve_checkpoint(
       it where, the epoch and value. Anything else: a file path.
 
     ``option`` names the setting in what is printed (``init_from`` for a task's initial weights). Raises
-    ``FileNotFoundError`` naming what was looked for.
+    ``FileNotFoundError`` naming what was looked for. A reference to the store first replays the run journals
+    under ``root`` that the store may lack (``recipes.tracking.pending_replay``; rank 0).
     """
+    if rank_zero_only.rank == 0 and (ckpt_path in ALIASES or ckpt_path.startswith(("run:", "mlflow:"))):
+        replay_before_reading(tracking_uri or default_tracking_uri(), root, "recipes")
     ref = MLFLOW_REF.match(ckpt_path)
     if ref is not None:
         path = Path(download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri))

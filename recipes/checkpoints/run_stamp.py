@@ -78,9 +78,10 @@ class RunContinuity(Callback):
         dumped = getattr(run.logger, "checkpoint_dumped", None)
         if callable(dumped):  # its facts are tagged on the run when the file is uploaded (RecipeLogger)
             dumped(checkpoint)
-        # before the file exists, every metric logged so far is in the store: a hard kill after this save loses
-        # nothing up to the checkpoint that a resume restarts from (MLflow's async queue waits up to 5 s otherwise)
-        run.flush_metrics()
+        # before the file exists, every metric logged so far is in the fsynced journal (the write-ahead log) and on
+        # its way to the store: a hard kill after this save loses nothing up to the checkpoint that a replay (the
+        # resume, the next command that reads the store) does not restore
+        run.checkpoint_saved()
 
     def tag_checkpoint_step(self, trainer: pl.Trainer) -> None:
         """Write the step of the newest checkpoint as the run's tag, once its file exists (this runs at the hooks

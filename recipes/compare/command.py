@@ -37,6 +37,7 @@ from recipes.compare.sort import KEYS, parse_sort, sort_table
 from recipes.compare.table import format_csv, format_json, format_table, terminal_width
 from recipes.tracking.database_urls import DatabaseUnavailable, check_database, masked_url, with_installed_driver
 from recipes.tracking.failures import fast_http_failures, short_reason
+from recipes.tracking.pending_replay import replay_before_reading
 from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server, default_tracking_uri
 
 
@@ -64,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-runs", metavar="N", type=int, default=50,
                         help="newest N runs per experiment (default: 50)")
     parser.add_argument("--sweep", metavar="RUN_OR_STUDY", help="the trials of a sweep (parent run id or study name)")
+    parser.add_argument("--checkpoints-dir", metavar="DIR", default="checkpoints",
+                        help="the run journals under DIR are replayed into the store first: the last values of runs "
+                        "killed before the store had them (default: checkpoints)")
     return parser
 
 
@@ -150,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         check_database(uri, "tracking store")  # PostgreSQL/MySQL: driver, answer, login (one line, password masked)
         check_tracking_server(uri)  # a server: one request, a few seconds at most, its reason in a few words
         with fast_http_failures(uri):
+            replay_before_reading(uri, args.checkpoints_dir, PROG)  # the store written behind the journals
             client = MlflowClient(tracking_uri=uri)
             if args.sweep:
                 from recipes.compare.study import show_sweep  # noqa: PLC0415

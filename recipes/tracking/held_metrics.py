@@ -5,8 +5,8 @@ a status thread and, at each flush, a restart of MLflow's worker threads (about 
 save). A recipe logs every 10 steps and at every epoch end; with a fast loop that is many small writes a second.
 ``HeldMetrics`` keeps the logged (step, values) pairs in memory for up to ``hold_seconds`` and hands them to the
 store as one ``log_batch`` of ``mlflow.entities.Metric`` (each with its own step and time): at a checkpoint save
-(synchronously, so the store is never behind the checkpoint), when the oldest value has waited ``hold_seconds``
-(asynchronously), and at the end of the run. The run's journal records every call at once, so nothing held is lost
+(queued to MLflow's asynchronous writer: the fsynced journal is the write-ahead log, ``recipes.tracking.write_behind``),
+when the oldest value has waited ``hold_seconds`` (asynchronously), and at the end of the run (synchronously). The run's journal records every call at once, so nothing held is lost
 to a crash that the journal does not have.
 """
 

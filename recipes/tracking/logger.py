@@ -20,6 +20,8 @@ from lightning_modules.compat import (
 from recipes.tracking.uploads import LEDGER_NAME, CheckpointUploader, UploadLedger, file_identity
 from recipes.tracking.checkpoint_facts import FileFacts
 from recipes.tracking.held_metrics import HeldMetrics
+from recipes.tracking.write_behind import WriteBehind
+from recipes.tracking.pending_replay import mark_replayed
 from recipes.tracking.catch_up import ServerCatchUp
 from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, short_reason: used from here too)
     bound_http_requests, fast_http_failures, is_read_only, is_server_uri, read_only_at_start, short_reason,
@@ -109,7 +111,8 @@ class RecipeLogger(MLFlowLogger):
         self._write_lock = threading.RLock()  # journal entries vs the switch back to a server that answers again
         self._catch_up: ServerCatchUp | None = None  # a server that stopped answering: recipes/tracking/catch_up.py
         self.held_metrics = HeldMetrics(ASYNC_BUFFER_SECONDS)  # metrics not written yet (recipes/tracking/held_metrics.py)
-        self._queued_since_flush = False  # a metric batch went to MLflow's asynchronous queue since the last flush
+        self._behind = WriteBehind(self.held_metrics, lambda: self.experiment, lambda: self.run_id,
+                                   lambda: self.store_failure, self.store_failed, self._write_lock)  # write_behind.py
         self.synchronous = synchronous  # every call written before it returns: nothing held back
         self._kind_unchecked = True  # the experiment's kind (recipes/tracking/experiment_kind.py), checked once
         watch_store_failures(self)
@@ -215,22 +218,11 @@ class RecipeLogger(MLFlowLogger):
             self.send_held_metrics(synchronous=False)
 
     def send_held_metrics(self, synchronous: bool = True) -> None:
-        """Write the metrics held since the last write as one ``log_batch`` (``recipes.tracking.held_metrics``): held for up
-        to 5 s, then queued to MLflow's asynchronous writer; written synchronously at every checkpoint save (the
-        store is never behind a checkpoint) and at the end of the run. With ``synchronous`` nothing is held."""
-        if not len(self.held_metrics):
-            return
-        if self.store_failure is not None:
-            with self._write_lock:  # the store is down: the journal has them (a catch-up or `recipes sync`)
-                self.held_metrics.take()
-            return
-        if not synchronous:
-            self._queued_since_flush = True
-        try:
-            for batch in self.held_metrics.take():
-                self.experiment.log_batch(run_id=self.run_id, metrics=batch, synchronous=synchronous)
-        except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
-            self.store_failed(err)
+        """Write the metrics held since the last write as one ``log_batch`` (``recipes.tracking.write_behind``): held
+        for up to 5 s, then queued to MLflow's asynchronous writer; queued at every checkpoint save too (the fsynced
+        journal is the write-ahead log), written synchronously at the end of the run. With ``synchronous`` nothing is
+        held."""
+        self._behind.send(synchronous)
 
     def log_history(self, by_step: dict[int, dict[str, float]]) -> None:
         """A branch's copy of the history before its step (``run_continuity.copy_history``): logged, then held like a
@@ -252,27 +244,18 @@ class RecipeLogger(MLFlowLogger):
             }
         return self._steps_before_resume
 
+    def checkpoint_saved(self) -> None:
+        """A checkpoint is being saved: the journal is fsynced (the write-ahead log: a replay restores what the store
+        lacks) and the held metrics are queued to MLflow's asynchronous writer; the training thread does not wait
+        for the store (``recipes.tracking.write_behind``)."""
+        if mlflow_logger_run_created(self):
+            self._behind.checkpoint_saved(self._journal)
+
     def flush_metrics(self) -> None:
         """Write every metric logged so far now: the held ones synchronously, then MLflow's asynchronous queue (when
         anything went into it since the last flush)."""
-        if not mlflow_logger_run_created(self):
-            return
-        self.send_held_metrics(synchronous=True)
-        if self._journal is not None:
-            self._journal.sync_to_disk()
-        if not self._queued_since_flush or self.store_failure is not None:
-            return  # nothing queued since the last flush (best and last are saved back to back): MLflow's flush
-            # restarts its threads and waits for them, a cost to pay once per save moment, not twice
-        self._queued_since_flush = False
-        import mlflow
-
-        # the store of the global tracking URI, which MLFlowLogger set to its own when it opened the run; the
-        # client shares that store object (MLflow caches one per URI), so this is the queue its writes wait in
-        if mlflow.get_tracking_uri() == self.experiment.tracking_uri:
-            try:
-                mlflow.flush_async_logging()
-            except Exception as err:  # noqa: BLE001
-                self.store_failed(err)
+        if mlflow_logger_run_created(self):
+            self._behind.flush(self._journal)
 
     def log_hyperparams(self, params: Any) -> None:
         """Params are written at once (not queued): ``log_params_once`` reads them back to find changed values."""
@@ -344,6 +327,8 @@ class RecipeLogger(MLFlowLogger):
             self.store_failed(err)
         if self._journal is not None:
             self._journal.close()
+            if self.store_failure is None:  # all of it is in the store: the next command need not replay it
+                mark_replayed(self._journal.path, self.store_uri)
         if self.store_failure is not None:
             print(f"recipes: the run's record is in {self._journal_dir}: run `recipes sync` once the store works")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from recipes.tracking.experiment_kind import create_experiment
 from recipes.tracking.journal import JOURNAL_NAME, read_journal, replay
+from recipes.tracking.pending_replay import mark_replayed
 from recipes.tracking.recreated_runs import REPLAYED_FROM_TAG, restore_recreated_run
 from recipes.tracking.database_urls import with_installed_driver
 from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server, default_tracking_uri
@@ -45,6 +46,8 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
                 else client.create_run(experiment_id, tags={REPLAYED_FROM_TAG: run_id}).info.run_id
             )
         summary = replay(entries, client, target, run_id if target != run_id else None)
+        if target == run_id:  # the next command that reads this store need not replay it (pending_replay.py)
+            mark_replayed(path, tracking_uri)
         line = summary.describe()
         uploaded = []
         if summary.continued_elsewhere:  # this folder's checkpoints are older than the run's: never sent over them

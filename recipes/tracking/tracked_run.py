@@ -91,6 +91,13 @@ class TrackedRun:
         """Copy a local file into the run's artifacts (under ``artifact_dir``)."""
         self._write(lambda: self.logger.experiment.log_artifact(self.logger.run_id, local_path, artifact_dir))
 
+    def checkpoint_saved(self) -> None:
+        """A checkpoint is being saved: make every metric logged so far durable in the run's journal and hand it to
+        the store in the background (the logger's ``checkpoint_saved`` when it has one: ``RecipeLogger``)."""
+        saved = getattr(self.logger, "checkpoint_saved", None)
+        if callable(saved):
+            saved()
+
     def flush_metrics(self) -> None:
         """Make every metric logged so far durable in the store (the logger's ``flush_metrics`` when it has one)."""
         flush = getattr(self.logger, "flush_metrics", None)

@@ -1,0 +1,99 @@
+"""The store written behind the run's journal: the journal is the write-ahead log (issue 32).
+
+Every metric a recipe logs goes to the run's journal at once (``recipes.tracking.journal``) and is held in memory
+(``recipes.tracking.held_metrics``). ``WriteBehind`` hands the held values to the store:
+
+* when the oldest has waited ``hold_seconds`` (5 s), queued to MLflow's asynchronous writer;
+* at a checkpoint save (``checkpoint_saved``): the journal is fsynced (durability comes from it) and the held values
+  are queued to MLflow's asynchronous writer, which writes them within its buffer time (5 s) on its own thread. The
+  training thread does not wait for the store: no synchronous ``log_batch`` (about 10 ms of MLflow's SQLite store)
+  and no ``mlflow.flush_async_logging`` (which stops and restarts MLflow's writer threads and waits for them). A kill
+  before the writer ran leaves the store behind the checkpoint; the journal is not, and the resume, the end of the run
+  or the next loopwise command that reads the store replays it (``recipes.tracking.pending_replay``);
+* synchronously, when every value must be in the store now (``flush``: the end of the run, a logged model's metric
+  link): the held values, then MLflow's asynchronous queue.
+
+MLflow's own asynchronous path is used rather than a writer thread of loopwise's: queuing a batch costs the training
+thread a queue put and a future (tens of microseconds); the cost of MLflow's path was its flush at every save.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from recipes.tracking.held_metrics import HeldMetrics
+
+
+class WriteBehind:
+    """Held metrics handed to the store behind the journal.
+
+    Args:
+        held: The held metrics (the logger's ``held_metrics``).
+        client: Returns the run's MLflow client (the logger's ``experiment``).
+        run_id: Returns the run's id.
+        failure: Returns the store's failure, if it failed (then nothing is written: the journal has it all).
+        failed: Reports a write the store refused (the logger's ``store_failed``).
+        lock: Taken while held values are dropped because the store failed (the logger's write lock).
+    """
+
+    def __init__(
+        self,
+        held: HeldMetrics,
+        client: Callable[[], Any],
+        run_id: Callable[[], str | None],
+        failure: Callable[[], str | None],
+        failed: Callable[[BaseException], None],
+        lock: threading.RLock,
+    ) -> None:
+        self.held = held
+        self._client, self._run_id, self._failure, self._failed, self._lock = client, run_id, failure, failed, lock
+        self.queued = False  # a metric batch went to MLflow's asynchronous queue since the last flush
+
+    def send(self, synchronous: bool = True) -> None:
+        """Write the held values as one ``log_batch`` (``synchronous``: before returning; else queued to MLflow's
+        asynchronous writer). A store that failed gets nothing (the journal has them: a catch-up or ``recipes
+        sync``)."""
+        if not len(self.held):
+            return
+        if self._failure() is not None:
+            with self._lock:
+                self.held.take()
+            return
+        if not synchronous:
+            self.queued = True
+        try:
+            for batch in self.held.take():
+                self._client().log_batch(run_id=self._run_id(), metrics=batch, synchronous=synchronous)
+        except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
+            self._failed(err)
+
+    def checkpoint_saved(self, journal: Any) -> None:
+        """A checkpoint is being saved: fsync ``journal`` (a ``TrackingJournal``, or ``None``) and queue the held
+        values to MLflow's asynchronous writer; the training thread never waits for the store here."""
+        if journal is not None:
+            journal.sync_to_disk()
+        self.send(synchronous=False)
+
+    def flush(self, journal: Any) -> None:
+        """Write every value logged so far now: the held ones synchronously, then MLflow's asynchronous queue (when
+        anything went into it since the last flush), and fsync ``journal``."""
+        self.send(synchronous=True)
+        if journal is not None:
+            journal.sync_to_disk()
+        if not self.queued or self._failure() is not None:
+            return  # nothing queued since the last flush: MLflow's flush restarts its threads and waits for them
+        self.queued = False
+        import mlflow
+
+        # the store of the global tracking URI, which MLFlowLogger set to its own when it opened the run; the client
+        # shares that store object (MLflow caches one per URI), so this is the queue its writes wait in
+        if mlflow.get_tracking_uri() == self._client().tracking_uri:
+            try:
+                mlflow.flush_async_logging()
+            except Exception as err:  # noqa: BLE001
+                self._failed(err)
+
+
+__all__ = ["WriteBehind"]

@@ -1,0 +1,153 @@
+"""The journal is the write-ahead log (issue 32, point 1): a checkpoint save fsyncs the journal and never waits for
+the store on the training thread; after a kill -9 the store may be behind, and the next `recipes compare` (or the
+resume) replays the journal, so the run's record in the store is the journal's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from recipes.cli import main
+from recipes.compare.command import main as compare_main
+from recipes.tracking.journal import JOURNAL_NAME, JournalRecord, read_journal
+from tests.conftest import REPO, SPIRAL, mlflow_client, runs_of
+
+THREE_EPOCHS = ["--trainer.max_epochs", "3", "--mlflow_model", "false"]
+
+KILL = textwrap.dedent(
+    """
+    import os
+    import signal
+
+    from lightning.pytorch.callbacks import Callback
+
+
+    class KillAt(Callback):
+        '''SIGKILL this process at batch ``batch`` of epoch ``epoch`` (0-based): right after the save of the epoch
+        before when ``batch`` is 0.'''
+
+        def __init__(self, epoch: int = 2, batch: int = 0) -> None:
+            self.epoch, self.batch = epoch, batch
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+                os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def store_history(directory: Path, run_id: str) -> dict[tuple[str, int], list[float]]:
+    """Every (metric, step) of the run in the store with all the values logged there (MLflow keeps every write)."""
+    client = mlflow_client(directory)
+    history: dict[tuple[str, int], list[float]] = {}
+    for key in client.get_run(run_id).data.metrics:
+        if key.startswith("system/"):
+            continue
+        for metric in client.get_metric_history(run_id, key):
+            history.setdefault((key, metric.step), []).append(metric.value)
+    return history
+
+
+def once(history: dict[tuple[str, int], list[float]]) -> dict[tuple[str, int], float]:
+    """``history`` with one value per (metric, step), checking that no step was written twice with different values
+    and none but ``epoch`` twice at all (Lightning logs ``epoch`` with the train and the validation metrics of an
+    epoch's last step, in both the journal and the store, the old code's too)."""
+    twice = sorted(key_step for key_step, values in history.items() if len(values) > 1 and key_step[0] != "epoch")
+    assert twice == [], f"written more than once: {twice}"
+    assert all(len(set(values)) == 1 for values in history.values())
+    return {key_step: values[0] for key_step, values in history.items()}
+
+
+def journal_history(directory: Path, run_id: str) -> dict[tuple[str, int], float]:
+    """Every (metric, step) of the run's journal with its value (the first logged, as a replay writes it)."""
+    path = directory / "checkpoints" / "spiral_mlp" / run_id / JOURNAL_NAME
+    record = JournalRecord.of(read_journal(path), None, run_id)
+    return {key_step: value for key_step, (value, _) in record.metrics.items()}
+
+
+def test_a_checkpoint_save_never_writes_the_store_on_the_training_thread(workdir, monkeypatch) -> None:
+    """Inside every checkpoint save of a fit, the training thread makes no synchronous metric write and no flush of
+    MLflow's queue (the old code wrote the held metrics with one synchronous log_batch and flushed the queue); the
+    run's record is still complete at its end."""
+    import mlflow
+    from lightning.pytorch import Trainer
+    from mlflow.tracking import MlflowClient
+
+    saving = threading.local()
+    in_save: list[tuple[str, bool, str]] = []  # (call, synchronous, thread) made during a checkpoint save
+    saves = []
+    save, log_batch, flush = Trainer.save_checkpoint, MlflowClient.log_batch, mlflow.flush_async_logging
+
+    def spy_save(self, *args, **kwargs):
+        saving.on = True
+        saves.append(self.global_step)
+        try:
+            return save(self, *args, **kwargs)
+        finally:
+            saving.on = False
+
+    def spy_log_batch(self, run_id, metrics=(), *args, **kwargs):
+        if getattr(saving, "on", False) and metrics:
+            in_save.append(("log_batch", bool(kwargs.get("synchronous", True)), threading.current_thread().name))
+        return log_batch(self, run_id, metrics, *args, **kwargs)
+
+    def spy_flush(*args, **kwargs):
+        if getattr(saving, "on", False):
+            in_save.append(("flush_async_logging", True, threading.current_thread().name))
+        return flush(*args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "save_checkpoint", spy_save)
+    monkeypatch.setattr(MlflowClient, "log_batch", spy_log_batch)
+    monkeypatch.setattr(mlflow, "flush_async_logging", spy_flush)
+    main(["fit", "-c", str(SPIRAL), *THREE_EPOCHS])
+    assert len(saves) >= 3  # the saves of every epoch ran through the spy
+    assert [call for call in in_save if call[1]] == []  # none waited for the store
+    assert ("log_batch", False, threading.current_thread().name) in in_save  # the held values were queued
+    (run,) = runs_of(workdir, "spiral_mlp")
+    history = once(store_history(workdir, run.info.run_id))
+    assert history == journal_history(workdir, run.info.run_id) and len(history) > 20
+
+
+@pytest.mark.slow
+def test_after_kill_9_right_after_a_save_compare_replays_the_journal_and_the_resume_completes_it(workdir, capsys) -> None:
+    """kill -9 right after the save of epoch 1: the store may lack what was queued; `recipes compare` (a command that
+    reads the store) replays the journal: the run's history is the journal's, every key, step and value, each once,
+    and the run is KILLED. The resume then ends it FINISHED with every step once (the journal's again)."""
+    (workdir / "kill.py").write_text(KILL)
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PYTHONPATH"] = os.pathsep.join([str(workdir), str(REPO)])
+    killed = subprocess.run(
+        [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *THREE_EPOCHS,
+         "--trainer.callbacks+=kill.KillAt", "--trainer.callbacks.epoch", "2"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (run,) = runs_of(workdir, "spiral_mlp")
+    run_id = run.info.run_id
+    assert run.info.status == "RUNNING"  # nobody closed it
+    journal = journal_history(workdir, run_id)
+    assert {step for key, step in journal if key == "val/acc"} and len(journal) > 10
+    compare = subprocess.run([sys.executable, "-m", "recipes", "compare"], cwd=workdir, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert compare.returncode == 0, compare.stderr[-2000:]
+    assert "1 fit run" in compare.stdout
+    assert once(store_history(workdir, run_id)) == journal  # every key, step and value, each once
+    client = mlflow_client(workdir)
+    assert client.get_run(run_id).info.status == "KILLED"
+    assert "ended without closing the run" in client.get_run(run_id).data.tags["loopwise.abandoned"]
+    assert f"replayed the journal of run {run_id}" in compare.stderr  # what it wrote, on stderr
+    capsys.readouterr()
+    assert compare_main([]) == 0
+    assert "replayed the journal" not in capsys.readouterr().err  # already merged: skipped by its marker
+    main(["fit", "-c", str(SPIRAL), *THREE_EPOCHS, "--ckpt_path", "last"])
+    (resumed,) = runs_of(workdir, "spiral_mlp")
+    assert resumed.info.status == "FINISHED"
+    final = once(store_history(workdir, run_id))
+    assert final == journal_history(workdir, run_id)  # each step once, the journal's value
+    assert {step for key, step in final if key == "val/acc"} > {step for key, step in journal if key == "val/acc"}
