@@ -69,23 +69,40 @@ def input_tensors(inputs: Any) -> list[Tensor]:
     return []
 
 
+def input_row_sums(inputs: Any) -> tuple[Tensor, ...]:
+    """The row sums (over all but the first dimension) of each floating-point input tensor of a batch: device
+    tensors, nothing read back. A NaN or inf makes its row's sum non-finite, so one summing pass per step keeps what
+    ``nonfinite_rows_of_sums`` needs to name the rows later (the flags themselves are only computed for a step found
+    non-finite); half-precision rows are summed in float32."""
+    sums: list[Tensor] = []
+    for t in input_tensors(inputs):
+        if not (t.is_floating_point() and t.ndim >= 1 and t.numel()):
+            continue
+        wide = torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else None
+        sums.append(t.detach().reshape(t.shape[0], -1).sum(dim=1, dtype=wide))
+    return tuple(sums)
+
+
+def nonfinite_rows_of_sums(sums: tuple[Tensor, ...]) -> Tensor | None:
+    """One flag per row from ``input_row_sums``: whether that row of a floating-point input held NaN/inf (tensors of
+    another row count than the first are left out); ``None`` without any."""
+    flags: Tensor | None = None
+    for row_sums in sums:
+        bad = ~torch.isfinite(row_sums)
+        if flags is None:
+            flags = bad
+        elif flags.shape == bad.shape and flags.device == bad.device:
+            flags = flags | bad
+    return flags
+
+
 def nonfinite_row_flags(inputs: Any) -> Tensor | None:
     """One flag per row (first dimension) of the batch: whether a floating-point input tensor holds NaN/inf in that
     row. A device tensor, nothing read back; ``None`` when the inputs have no floating-point tensor.
 
     A NaN or inf makes its row's sum non-finite, so one summing pass over the batch finds the rows (a third of the
     cost of ``isfinite`` on every element on a CPU); half-precision rows are summed in float32."""
-    flags: Tensor | None = None
-    for t in input_tensors(inputs):
-        if not (t.is_floating_point() and t.ndim >= 1 and t.numel()):
-            continue
-        wide = torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else None
-        bad = ~torch.isfinite(t.detach().reshape(t.shape[0], -1).sum(dim=1, dtype=wide))
-        if flags is None:
-            flags = bad
-        elif flags.shape == bad.shape and flags.device == bad.device:
-            flags = flags | bad
-    return flags
+    return nonfinite_rows_of_sums(input_row_sums(inputs))
 
 
 @dataclass(eq=False)
@@ -97,7 +114,7 @@ class KeptStep:
     batch_idx: int
     loss: Tensor | None = None
     loss_scaled: bool = False  # the fp16 GradScaler's scaled loss (seen in on_before_backward)
-    bad_rows: Tensor | None = None
+    row_sums: tuple[Tensor, ...] = ()  # input_row_sums of the batch (NaN/inf rows found from them when needed)
     gradient_norm: Tensor | None = None
     norm_from_module: bool = False  # the task's clipping measures it: taken from the module at the batch's end
     read: bool = False  # handed to the readers already
@@ -178,7 +195,7 @@ class CurrentStep(DoctorPart):
                 inputs, _ = split_batch(batch)
             except ValueError:
                 inputs = None
-            step.bad_rows = nonfinite_row_flags(inputs)
+            step.row_sums = input_row_sums(inputs)
         self.current = step
         self.kept.append(step)
 
@@ -249,7 +266,8 @@ class CurrentStep(DoctorPart):
             loss_bad = loss is not None and not math.isfinite(loss)
             norm_bad = norm is not None and not math.isfinite(norm) and not scaler  # fp16: the GradScaler skips the step
             if loss_bad or norm_bad:
-                rows = torch.nonzero(step.bad_rows).flatten().tolist() if step.bad_rows is not None else []
+                flags = nonfinite_rows_of_sums(step.row_sums)
+                rows = torch.nonzero(flags).flatten().tolist() if flags is not None else []
                 bad = ReadStep(read.global_step, read.epoch, read.batch_idx, loss, norm, applied, step.loss_scaled,
                                rows)
                 break
@@ -317,8 +335,10 @@ __all__ = [
     "ReadStep",
     "StepCheck",
     "StepReader",
+    "input_row_sums",
     "input_tensors",
     "nonfinite_row_flags",
+    "nonfinite_rows_of_sums",
     "read_values",
     "total_gradient_norm",
 ]
