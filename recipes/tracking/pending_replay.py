@@ -8,10 +8,9 @@ command names another), ``<experiment>/<run id>/tracking-journal.jsonl``, whose 
 by ``journal.replay``, whose rules never make the record worse (metric steps the store lacks, params and tags it
 lacks, the status only when the journal's is newer: a run whose last attempt never ended is ended KILLED).
 
-It stays cheap when there is nothing to replay: beside each journal, ``tracking-journal.replayed.json`` records, per
-store (a hash of its URI, never the URI: it may hold a password), the journal's size and modification time when it
-was last merged into that store (or found not to belong to it). A journal that has not changed since is skipped after
-one ``stat``; a run that ended normally writes it at its end (everything reached the store), and so does ``recipes
+It stays cheap when there is nothing to replay: ``<checkpoints_dir>/.replayed/<experiment>/<run id>.json`` records,
+per store (a hash of its URI, never the URI: it may hold a password), the journal's size and modification time when
+it was last merged into that store. A journal that has not changed since is skipped after one ``stat``; a run that ended normally writes it at its end (everything reached the store), and so does ``recipes
 sync``. A journal whose run is not in the store is looked up again at every command (one ``get_run``). A journal whose last
 attempt is still running (its process is alive on this host; on another host, it wrote within the last
 ``OTHER_HOST_QUIET_SECONDS``) is left alone: its own process writes the store within seconds, and a replay beside it
@@ -30,7 +29,7 @@ from typing import Any
 
 from recipes.tracking.journal import JOURNAL_NAME, attempt_alive, read_journal, replay
 
-MARKER_NAME = "tracking-journal.replayed.json"
+MARKERS_DIR = ".replayed"  # <checkpoints_dir>/.replayed/<experiment>/<run id>.json (run folders hold only theirs)
 OTHER_HOST_QUIET_SECONDS = 300
 
 
@@ -45,10 +44,17 @@ def journal_stamp(path: Path) -> list[int]:
     return [info.st_size, info.st_mtime_ns]
 
 
+def marker_path(journal: Path) -> Path:
+    """Where the stores a journal was merged into are recorded: ``<checkpoints_dir>/.replayed/<experiment>/<run
+    id>.json`` for ``<checkpoints_dir>/<experiment>/<run id>/tracking-journal.jsonl``."""
+    run_folder = journal.parent
+    return run_folder.parent.parent / MARKERS_DIR / run_folder.parent.name / f"{run_folder.name}.json"
+
+
 def read_marker(journal: Path) -> dict[str, Any]:
     """The stores this journal was merged into, with its stamp at the time (``{}`` when none, or unreadable)."""
     try:
-        found = json.loads((journal.parent / MARKER_NAME).read_text(encoding="utf-8"))
+        found = json.loads(marker_path(journal).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
@@ -59,9 +65,11 @@ def mark_replayed(journal: Path, tracking_uri: str) -> None:
     try:
         marker = read_marker(journal)
         marker[store_key(tracking_uri)] = journal_stamp(journal)
-        temporary = journal.parent / f".{MARKER_NAME}.{os.getpid()}"
+        target = marker_path(journal)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.parent / f".{target.name}.{os.getpid()}"
         temporary.write_text(json.dumps(marker), encoding="utf-8")
-        os.replace(temporary, journal.parent / MARKER_NAME)
+        os.replace(temporary, target)
     except OSError:
         pass  # a folder that cannot be written: the journal is merged again next time (a merge changes nothing)
 
@@ -135,4 +143,4 @@ def replay_before_reading(tracking_uri: str, checkpoints_dir: str | Path, prog: 
         print(f"{prog}: replayed the journal of {line}", file=sys.stderr)
 
 
-__all__ = ["MARKER_NAME", "mark_replayed", "replay_before_reading", "replay_pending"]
+__all__ = ["MARKERS_DIR", "mark_replayed", "replay_before_reading", "replay_pending"]
