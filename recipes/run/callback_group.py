@@ -102,10 +102,17 @@ class CallbackGroup(ForwardingCallback):
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         states = checkpoint.setdefault("callbacks", {})
-        for member in self.stateful:
-            state = member.state_dict()
-            if state:
-                states[member.state_key] = state
+        ours = {member.state_key: state for member in self.stateful if (state := member.state_dict())}
+        if ours:  # placed where the group stands among the trainer's callbacks: the order of the members alone
+            others = dict(states)
+            states.clear()
+            for callback in trainer.callbacks:
+                if callback is self:
+                    states.update(ours)
+                elif callback.state_key in others:
+                    states[callback.state_key] = others.pop(callback.state_key)
+            states.update(others)
+            states.update(ours)  # a group inside another group: after the others
         for call in self.hook_calls["on_save_checkpoint"]:
             call(trainer, pl_module, checkpoint)
 
