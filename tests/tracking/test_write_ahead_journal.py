@@ -151,3 +151,51 @@ def test_after_kill_9_right_after_a_save_compare_replays_the_journal_and_the_res
     final = once(store_history(workdir, run_id))
     assert final == journal_history(workdir, run_id)  # each step once, the journal's value
     assert {step for key, step in final if key == "val/acc"} > {step for key, step in journal if key == "val/acc"}
+
+
+def write_journal(folder: Path, pid: int, values: dict[int, float]) -> Path:
+    """A journal of one attempt of process ``pid`` on this host, with metric ``a`` at the given steps."""
+    import json
+    import socket
+    import time
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = int(time.time() * 1000)
+    entries = [{"kind": "start", "time": now, "host": socket.gethostname(), "pid": pid}]
+    entries += [{"kind": "metrics", "time": now, "step": step, "values": {"a": value}} for step, value in values.items()]
+    path = folder / JOURNAL_NAME
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    return path
+
+
+def test_a_live_run_is_left_to_its_process_and_a_merged_journal_costs_no_store_call(workdir, monkeypatch) -> None:
+    """A journal whose attempt's process is alive (this one) is not replayed (its process writes those values: a
+    replay beside it would write them twice); a dead one is, once; 100 journals merged before (or marked merged by
+    their run's end) cost no store call."""
+    import mlflow.tracking
+
+    from recipes.tracking.pending_replay import mark_replayed, replay_pending
+    from recipes.tracking.uris import default_tracking_uri
+
+    uri = default_tracking_uri()
+    client = mlflow_client(workdir)
+    experiment = client.create_experiment("wal")
+    live, dead = (client.create_run(experiment).info.run_id for _ in range(2))
+    write_journal(workdir / "checkpoints" / "wal" / live, os.getpid(), {0: 1.0, 1: 2.0})
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    write_journal(workdir / "checkpoints" / "wal" / dead, int(gone.stdout), {0: 3.0})
+    lines = replay_pending(uri, workdir / "checkpoints")
+    assert [line.split(":")[0] for line in lines] == [f"run {dead}"]
+    assert client.get_metric_history(live, "a") == [] and client.get_run(live).info.status == "RUNNING"
+    assert [m.value for m in client.get_metric_history(dead, "a")] == [3.0]
+    assert client.get_run(dead).info.status == "KILLED"
+    assert replay_pending(uri, workdir / "checkpoints") == []  # merged once
+    for index in range(100):  # runs that ended normally: each marked merged at its end (RecipeLogger.finalize)
+        mark_replayed(write_journal(workdir / "checkpoints" / "wal" / f"run{index}", 1, {0: float(index)}), uri)
+
+    def no_store(*args, **kwargs):
+        raise AssertionError("a journal merged before was read against the store again")
+
+    (workdir / "checkpoints" / "wal" / live / JOURNAL_NAME).unlink()  # the live run's journal is looked at each time
+    monkeypatch.setattr(mlflow.tracking, "MlflowClient", no_store)
+    assert replay_pending(uri, workdir / "checkpoints") == []
