@@ -127,7 +127,8 @@ def is_logging_step(trainer: Any) -> bool:
 def step_metrics_step(trainer: Any) -> int | None:
     """The step at which Lightning writes the step-level metrics of the training batch in progress to the loggers
     (its count of optimizer steps before this one), or ``None`` when it writes none after this batch (not a logging
-    step, or a batch that accumulates gradients). Asked in the module's ``on_train_batch_end``."""
+    step, or a batch that accumulates gradients). The same answer from the training step through the module's
+    ``on_train_batch_end``, unless the run is asked to stop in between (then Lightning writes them)."""
     loop = trainer.fit_loop
     if loop._should_accumulate() and trainer.lightning_module.automatic_optimization:
         return None

@@ -234,14 +234,15 @@ def test_step_metrics_step_and_show_step_value_match_a_per_step_self_log(tmp_pat
         def training_step(self, batch, batch_idx):
             out = super().training_step(batch, batch_idx)
             self.last = out["loss"].detach()
-            compat.show_step_value(self.trainer, "loss", value=self.last)
+            compat.show_step_value(self.trainer, "loss", value=self.last, bar=float(self.last))
+            self.logged_at = compat.step_metrics_step(self.trainer)
+            if self.logged_at is not None:
+                metrics = {"loss": float(self.last), "epoch": self.trainer.current_epoch}
+                self.logger.log_metrics(metrics, step=self.logged_at)
             return out
 
         def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-            compat.show_step_value(self.trainer, "loss", bar=float(self.last))
-            step = compat.step_metrics_step(self.trainer)
-            if step is not None:
-                self.logger.log_metrics({"loss": float(self.last), "epoch": self.trainer.current_epoch}, step=step)
+            assert compat.step_metrics_step(self.trainer) == self.logged_at, upgrade_message("step_metrics_step")
 
     for module in (Logs, Shows):
         recorder = Recorder()

@@ -3,10 +3,12 @@
 ``train/loss`` reaches the loggers, the callback metrics and the progress bar without Lightning's ``self.log``
 bookkeeping (``lightning_modules.train_step_logging``); these tests pin what a short fit records, as captured from
 the code that still called ``self.log`` for it: the loggers' calls (step, names, values), the callback metrics and
-progress-bar values at each epoch's end (the epoch line prints them), a recipe's whole MLflow record (``lr-AdamW``,
-``gradient_norm``, epoch-level metrics) and its epoch lines. The last test shows what the bypass removes besides the
-per-call cost: Lightning kept the last logged ``train/loss`` in its result collection and read it back to the host
-(the progress-bar value) after every later batch of the epoch, a host-device sync on ordinary batches on a GPU.
+progress-bar values at each epoch's end (the epoch line prints them), under gradient accumulation, max_steps and a
+run stopped after a batch that was not read, a recipe's whole MLflow record (``lr/decay``, ``lr/no_decay``,
+``doctor/grad_norm``, the epoch-level metrics) and its epoch lines. The last test shows what the bypass removes
+besides the per-call cost: Lightning kept the last logged ``train/loss`` in its result collection and read it back
+to the host (the progress-bar value) after every later batch of the epoch, a host-device sync on ordinary batches on
+a GPU.
 """
 
 from __future__ import annotations
@@ -67,7 +69,19 @@ CASES = {
     "plain": {},  # 7 batches of 16 (the last one 4): logging steps 2 and 5, the epoch's last batch 6
     "accumulate": {"accumulate_grad_batches": 2},  # logging only on the batches that step the optimizer
     "max_steps": {"max_steps": 9},  # the run stops in its second epoch
+    "stopped": {},  # a callback stops the run in the batch-end hook of batch 3, a batch that was not read
 }
+
+
+class StopAfterBatch(L.Callback):
+    """Asks the run to stop in the batch-end hook of one batch (as a signal or a callback does)."""
+
+    def __init__(self, batch_idx: int) -> None:
+        self.batch_idx = batch_idx
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == self.batch_idx:
+            trainer.should_stop = True
 
 
 def record_fit(case: str, *callbacks: L.Callback) -> tuple[list, EpochEnds, dict[str, float]]:
@@ -76,6 +90,7 @@ def record_fit(case: str, *callbacks: L.Callback) -> tuple[list, EpochEnds, dict
     x, y = rows(100, 0)
     xv, yv = rows(40, 1)
     recorder, ends = Recorder(), EpochEnds()
+    callbacks = (*callbacks, StopAfterBatch(3)) if case == "stopped" else callbacks
     trainer = L.Trainer(
         max_epochs=2, log_every_n_steps=3, logger=recorder, callbacks=[ends, *callbacks], enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", deterministic=True,
@@ -231,6 +246,37 @@ FITS = {
                   "val/auroc": 0.569333,
                   "train/acc": 0.25,
                   "train/f1": 0.194518},
+    },
+    "stopped": {
+        "logged": [
+            (2, {"train/loss": 1.001107, "epoch": 0.0}),
+            (3, {"train/loss": 1.001107, "epoch": 0.0}),
+            (3, {"val/loss": 1.077649, "val/acc": 0.375, "val/f1": 0.257778, "val/auroc": 0.575333, "epoch": 0.0}),
+            (3, {"train/acc": 0.3125, "train/f1": 0.238095, "epoch": 0.0}),
+        ],
+        "callback": [
+            {"train/loss": 1.001107,
+             "val/loss": 1.077649,
+             "val/acc": 0.375,
+             "val/f1": 0.257778,
+             "val/auroc": 0.575333,
+             "train/acc": 0.3125,
+             "train/f1": 0.238095},
+        ],
+        "bar": [
+            {"train/loss": 1.001107,
+             "val/loss": 1.077649,
+             "val/acc": 0.375,
+             "val/f1": 0.257778,
+             "val/auroc": 0.575333},
+        ],
+        "final": {"train/loss": 1.001107,
+                  "val/loss": 1.077649,
+                  "val/acc": 0.375,
+                  "val/f1": 0.257778,
+                  "val/auroc": 0.575333,
+                  "train/acc": 0.3125,
+                  "train/f1": 0.238095},
     },
 }
 RECIPE = {
