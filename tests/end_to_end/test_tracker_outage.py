@@ -117,7 +117,9 @@ def test_a_sigterm_during_the_outage_ends_the_fit_within_seconds(workdir, server
     finally:
         fit.kill()
     assert fit.returncode == 143, err[-3000:]  # the README's exit code for SIGTERM
-    assert took < 10, f"the process ended {took:.1f} s after SIGTERM"
+    # seconds, not the 15 minutes of HTTP retries it used to take; 30 s leaves room for a loaded machine (a clean-clone
+    # CI beside three busy helpers measured 10.2 s)
+    assert took < 30, f"the process ended {took:.1f} s after SIGTERM"
     assert "SIGTERM received: saved" in out
     assert len(store_warning_lines(err)) == 1, err[-3000:]
 
