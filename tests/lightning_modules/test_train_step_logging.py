@@ -20,7 +20,6 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules import ClassificationModule
@@ -28,24 +27,9 @@ from lightning_modules.models import MLP
 from lightning_modules.read_steps import is_read_step
 from recipes.cli import main
 from tests.conftest import CONFIGS, mlflow_client, runs_of
+from tests.lightning_modules.test_step_values import Recorder  # every log_metrics call: (step, {name: value})
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class Recorder(Logger):
-    """Every ``log_metrics`` call: (step, {name: value})."""
-
-    name, version = "recorder", "0"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.logged: list[tuple[int | None, dict[str, float]]] = []
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.logged.append((step, {k: float(v) for k, v in metrics.items()}))
 
 
 class EpochEnds(L.Callback):
