@@ -18,6 +18,7 @@ from lightning_modules.freezing import FreezeSchedule
 from lightning_modules.initial_weights import InitialWeights, WeightsReport, load_initial_weights
 from lightning_modules.learning_rates import LearningRateParts
 from lightning_modules.optim import param_groups
+from lightning_modules.part_names import resolve_keys, resolve_patterns
 
 #: ``init_from`` references that only ``recipes`` can turn into a file (an MLflow run's checkpoint)
 TRACKED_REFERENCE_PREFIXES = ("mlflow:", "run:")
@@ -55,6 +56,11 @@ class FineTuning:
     ) -> None:
         self.network = network
         self.initial_weights = InitialWeights.of(init_from)
+        # "backbone", "head": the network's own names for its parts (lightning_modules.part_names)
+        freeze = resolve_patterns(network, freeze)
+        if isinstance(unfreeze_at_epoch, Mapping):
+            unfreeze_at_epoch = resolve_keys(network, unfreeze_at_epoch)
+        lr_multipliers = resolve_keys(network, lr_multipliers)
         if unfreeze_at_epoch is not None and not freeze:
             raise ValueError("unfreeze_at_epoch needs freeze: name the modules to freeze until then")
         self.freeze_schedule = FreezeSchedule(network, list(freeze), unfreeze_at_epoch) if freeze else None
