@@ -35,6 +35,14 @@ def class_names_of(datamodule: Any, num_classes: int) -> list[str]:
     return [str(name) for name in names]
 
 
+def soft_cross_entropy(logits: Tensor, targets: Tensor, weight: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """Cross entropy with class probabilities ``targets`` (batch, C), smoothed as ``F.cross_entropy`` smooths, and
+    weighted as it weights integer labels: per sample by the target-weighted class weight, the mean over their sum.
+    A one-hot target gives exactly ``F.cross_entropy`` of its class index."""
+    total = F.cross_entropy(logits, targets, weight=weight, label_smoothing=label_smoothing, reduction="sum")
+    return total / (targets * weight).sum()  # elementwise, not a matmul that autocast would run in bf16
+
+
 class ClassificationModule(Task):
     """Train a network to classify its inputs.
 
@@ -154,6 +162,8 @@ class ClassificationModule(Task):
         smoothing when ``smoothing`` (the training loss; ``evaluation_loss`` passes ``False``)."""
         amount = self.label_smoothing if smoothing else 0.0
         if self.task == "multiclass":
+            if targets.is_floating_point():  # soft targets (batch, num_classes): mixup/cutmix
+                return soft_cross_entropy(logits, targets, self.class_weights, amount)
             return F.cross_entropy(logits, targets, weight=self.class_weights, label_smoothing=amount)
         soft = targets.float()
         if amount > 0:
@@ -184,13 +194,21 @@ class ClassificationModule(Task):
         if targets is None:
             raise ValueError("ClassificationModule: training and evaluation batches need labels")
         logits = self.logits(inputs)
+        if self.task != "multilabel" and targets.ndim == 2 and targets.shape != logits.shape:
+            raise ValueError(
+                f"ClassificationModule(task={self.task!r}) got soft targets of shape {tuple(targets.shape)}: they "
+                f"need task='multiclass' and shape {tuple(logits.shape)} (batch, num_classes)"
+            )
         if self.task == "multilabel" and targets.shape != logits.shape:
             raise ValueError(
                 f"ClassificationModule(task='multilabel') needs targets of shape {tuple(logits.shape)} "
                 f"(batch, num_classes), got {tuple(targets.shape)}"
             )
         # a weighted cross entropy is a mean over the batch's summed class weights, not over its samples
-        weight = self.class_weights[targets].sum() if self.weighted_classes and self.task == "multiclass" else None
+        weight = None
+        if self.weighted_classes and self.task == "multiclass":
+            weight = (targets * self.class_weights).sum() if targets.is_floating_point() else self.class_weights[
+                targets].sum()
         return StepOutput(self.loss(logits, targets), logits.detach(), targets, batch_length(inputs), weight)
 
     def evaluation_loss(self, out: StepOutput) -> Tensor:
@@ -200,6 +218,8 @@ class ClassificationModule(Task):
 
     def metric_inputs(self, out: StepOutput) -> tuple[Tensor, Tensor]:
         targets = out.targets.long() if self.task == "multilabel" else out.targets
+        if self.task == "multiclass" and targets.is_floating_point():  # soft targets: their most likely class
+            targets = targets.argmax(dim=-1)
         return self.probabilities(out.outputs), targets
 
     def _confusion(self, stage: str) -> Metric | None:
