@@ -9,8 +9,8 @@ plain ``LightningDataModule`` that implements none of it trains, evaluates and p
 Members (what, when the recipes ask, default without it):
 
 * sizes (``DATA_SIZES``: ``num_classes``, ``in_features``, ``out_features``, ``in_channels``, ``vocab_size``,
-  ``max_length``, ``block_size``): read when the classes are built, to fill the task's and the network's
-  arguments of the same name (``data_size``). Default: the recipe's own value.
+  ``max_length``, ``block_size``, ``image_size`` (height, width), ``class_names``): read when the classes are built,
+  to fill the task's and the network's arguments of the same name (``data_size``). Default: the recipe's own value.
 * ``class_names`` (``ClassNames``): the names of the classes, on the confusion-matrix figure. Default: class ids.
 * ``batch_size`` (``BatchSize``): the run's ``batch_size`` param, and the training plan's batch size when a batch
   sampler decides the batches. Default: not recorded.
@@ -49,7 +49,10 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 #: The sizes a recipe links from the data module to the task's and network's arguments of the same name.
-DATA_SIZES = ("num_classes", "in_features", "out_features", "in_channels", "vocab_size", "max_length", "block_size")
+DATA_SIZES = (
+    "num_classes", "in_features", "out_features", "in_channels", "vocab_size", "max_length", "block_size", "image_size",
+    "class_names",
+)
 #: Default ``loader_settings``: they change how rows are batched and moved, never which rows a split holds.
 LOADER_SETTINGS = frozenset({"batch_size", "num_workers", "pin_memory", "drop_last", "device_resident"})
 #: Default ``new_data_settings``: a ``predict`` with one of them set predicts that data, not a split.

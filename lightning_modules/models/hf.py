@@ -32,9 +32,10 @@ def import_transformers(what: str) -> Any:
     return transformers
 
 
-def load_pretrained(auto_class: Any, name_or_path: str, what: str, revision: str | None, **kwargs: Any) -> nn.Module:
+def load_pretrained(auto_class: Any, name_or_path: str, what: str, revision: str | None, **kwargs: Any) -> Any:
     """``auto_class.from_pretrained(name_or_path, ...)`` in float32 (transformers 5 keeps a checkpoint's own dtype by
-    default; Lightning's ``precision`` decides the compute dtype) and in train mode. A local directory is read with
+    default; Lightning's ``precision`` decides the compute dtype) and in train mode (a configuration, ``AutoConfig``,
+    as it is). A local directory is read with
     ``local_files_only`` (nothing is asked of the hub); a load that fails is one ``ValueError`` line."""
     local = Path(name_or_path).expanduser()
     if local.is_dir():
@@ -52,6 +53,8 @@ def load_pretrained(auto_class: Any, name_or_path: str, what: str, revision: str
             f"{what}: cannot load {name_or_path!r}: it is neither a local directory saved with save_pretrained nor a "
             f"Hugging Face hub model that can be loaded ({reason})"
         ) from None
+    if not isinstance(model, nn.Module):  # a configuration (``AutoConfig``)
+        return model
     # from_pretrained returns the model in eval mode; a module is built in train mode (dropout on while training:
     # Lightning leaves each module's mode as it finds it)
     return model.float().train()

@@ -1,7 +1,8 @@
 """Sizes from the data: the network's and the task's input and output sizes are read from the data module.
 
 A recipe does not count columns, classes or characters: ``in_features``, ``out_features``, ``num_classes``,
-``in_channels``, ``vocab_size``, ``max_length`` and ``block_size`` are linked from the data module to the task
+``in_channels``, ``vocab_size``, ``max_length``, ``block_size``, ``image_size`` and ``class_names`` (the network's
+only: a pretrained network's head and saved labels) are linked from the data module to the task
 (``model.init_args.<name>``) and to its network (``model.init_args.model.init_args.<name>``) with jsonargparse's
 ``link_arguments(..., apply_on="instantiate")``: the data module is built first, its sizes are read (a file-backed
 module reads its file and fits its vocabularies on the train split to know them), and the task and network are built
@@ -52,6 +53,13 @@ def output_width(datamodule: Any, config: Namespace) -> Any:
     return width if width is not UNKNOWN else read_size(datamodule, "num_classes")
 
 
+def image_pair(size: Any) -> Any:
+    """A written ``image_size`` as the data modules give it: ``32`` is ``(32, 32)``, ``[32, 48]`` is ``(32, 48)``."""
+    if isinstance(size, int):
+        return (size, size)
+    return tuple(size) if isinstance(size, (list, tuple)) else size
+
+
 @dataclass(frozen=True)
 class SizeLink:
     """One size linked from the data module to a config key.
@@ -60,11 +68,14 @@ class SizeLink:
         target: The config key that receives the size.
         source: The data module's attribute, or a function of (data module, parsed config).
         at_least: The size is a capacity: a written value larger than the data's is kept.
+        written_as: How a written value is read before it is compared with the data's (``image_size: 32`` is
+            ``(32, 32)``); None: as it is.
     """
 
     target: str
     source: str | Callable[[Any, Namespace], Any]
     at_least: bool = False
+    written_as: Callable[[Any], Any] | None = None
 
     def data_value(self, datamodule: Any, config: Namespace) -> Any:
         """The data's value of this size (``UNKNOWN`` when the data module does not say)."""
@@ -89,6 +100,8 @@ SIZE_LINKS: tuple[SizeLink, ...] = (
     SizeLink(NETWORK + "vocab_size", "vocab_size"),
     SizeLink(NETWORK + "max_length", "max_length", at_least=True),
     SizeLink(NETWORK + "block_size", "block_size", at_least=True),
+    SizeLink(NETWORK + "image_size", "image_size", written_as=image_pair),
+    SizeLink(NETWORK + "class_names", "class_names", written_as=list),
 )
 
 
@@ -162,7 +175,11 @@ class DataSizes:
             self.restore(datamodule)
             self.check_task_fits(datamodule)
             written = self.written.get(link.target, UNKNOWN)
+            if written is not UNKNOWN and link.written_as is not None:
+                written = link.written_as(written)
             data = link.data_value(datamodule, self.config)
+            if data is not UNKNOWN and data is not None and link.written_as is not None:
+                data = link.written_as(data)
             if data is UNKNOWN or data is None:
                 return self.config.get(link.target) if written is UNKNOWN else written
             if written is UNKNOWN or written == data or (link.at_least and written > data):
