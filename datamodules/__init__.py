@@ -1,6 +1,7 @@
 """LightningDataModules: seeded splits, train-only statistics, fast loaders. Usable with a plain Trainer."""
 
 from datamodules.base import BaseDataModule
+from datamodules.batch_augmentation import BatchAugmentation
 from datamodules.char_lm import CharLMDataModule
 from datamodules.digits import DigitsDataModule
 from datamodules.image_folder import ImageFolderDataModule
@@ -11,6 +12,7 @@ from datamodules.text_classification import TextClassificationDataModule
 
 __all__ = [
     "BaseDataModule",
+    "BatchAugmentation",
     "CharLMDataModule",
     "DigitsDataModule",
     "ImageFolderDataModule",

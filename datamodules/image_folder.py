@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.base import BaseDataModule
+from datamodules.batch_augmentation import BatchAugmentation, BatchAugmented
 from datamodules.image_folder_dataset import ImageFolderDataset
 from datamodules.image_files import (
     IMAGE_SUFFIXES,
@@ -27,7 +28,7 @@ from datamodules.image_files import (
 DECODE_BATCH = 64  # images per transfer when decoding with worker processes
 
 
-class ImageFolderDataModule(BaseDataModule):
+class ImageFolderDataModule(BatchAugmented, BaseDataModule):
     """Classify images stored as ``root/<class name>/<image>`` (.png, .jpg, .jpeg in any case), read with Pillow.
 
     Class names are the sorted sub-folder names and a label is the index of its folder in that list. Images in
@@ -57,6 +58,9 @@ class ImageFolderDataModule(BaseDataModule):
             class names the model was trained with (restored from the checkpoint). A prediction's ``path`` is the
             file's path as found from ``predict_path``. Default: predict the test split (the val split without
             one), also identified by path.
+        batch_augmentation: ``datamodules.BatchAugmentation``: random resized crop, flip, colour jitter and
+            optionally mixup/cutmix of whole train batches on the training device (kornia, ``loopwise[vision]``);
+            its position is in the checkpoint, so a resumed run augments as the uninterrupted one.
     """
 
     save_init_arguments = True
@@ -72,6 +76,7 @@ class ImageFolderDataModule(BaseDataModule):
         crop_padding: int = 4,
         cache: bool = False,
         predict_path: str | None = None,
+        batch_augmentation: BatchAugmentation | None = None,
         **kwargs: Any,
     ) -> None:
         name = type(self).__name__
@@ -91,6 +96,7 @@ class ImageFolderDataModule(BaseDataModule):
         self.crop_padding = crop_padding
         self.cache = cache
         self.predict_path = predict_path
+        self.batch_augmentation = batch_augmentation
         self.sample_paths: list[str] = []  # every image of the folder, by sample number (after setup)
         self.class_names: list[str] = self.discover_classes(Path(os.path.expanduser(root)))
         self.mean: Tensor | None = None
@@ -289,6 +295,7 @@ class ImageFolderDataModule(BaseDataModule):
         if self.mean is not None and self.std is not None:
             state["mean"] = self.mean.tolist()
             state["std"] = self.std.tolist()
+        state.update(self.batch_augmentation_state())
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -300,6 +307,7 @@ class ImageFolderDataModule(BaseDataModule):
                 f"{name}: the checkpoint was trained on classes {names} but {self.root!r} has class folders "
                 f"{self.class_names}; labels would not match the model's outputs"
             )
+        self.load_batch_augmentation_state(state_dict)
         if state_dict.get("mean") is None or state_dict.get("std") is None:
             return
         mean = torch.tensor(state_dict["mean"], dtype=torch.float32)

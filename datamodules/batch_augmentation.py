@@ -1,0 +1,265 @@
+"""Batched image augmentation on the training device with kornia: random resized crop, horizontal flip, colour
+jitter, and optionally mixup and cutmix (soft targets), drawn from a stream of its own that checkpoints resume.
+
+Why kornia: ``kornia.augmentation`` is maintained, works on whole ``(B, C, H, W)`` tensors on any device (the GPU
+when training runs there, one batched call per step instead of per-image work in the loader's workers) and needs no
+torchvision. The alternatives do not fit: ``torchvision.transforms.v2`` does not load with the CPU torch wheel
+(``operator torchvision::nms does not exist``), albumentations transforms one numpy image at a time on the CPU, and
+NVIDIA DALI is a GPU-only pipeline of its own. Kornia's mixup draws its weight from a uniform range (not
+Beta(alpha, alpha)) and its mix modules read a value back to the host each call, so mixup and cutmix are the few
+lines of tensor arithmetic below (a batch mixed with its reverse, as timm does; no index copy to the device).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+VISION_EXTRA = 'pip install "loopwise[vision]"'
+
+
+def _kornia_augmentation() -> Any:
+    try:
+        import kornia.augmentation as augmentation
+    except ImportError:
+        raise ValueError(f"BatchAugmentation needs kornia, which is not installed: {VISION_EXTRA}") from None
+    return augmentation
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"BatchAugmentation: {name} must be in [{low}, {high}], got {value}")
+
+
+class BatchAugmentation:
+    """Augment whole train batches after their transfer to the training device (the GPU when there is one).
+
+    Applied by the data module's ``on_after_batch_transfer`` to training batches only (validation, test and
+    predict batches are never augmented). Images arrive normalized with the data's mean and std: they are mapped
+    back to [0, 1], cropped, flipped and jittered there by ``kornia.augmentation``, normalized again, then mixed.
+    With mixup or cutmix on, every train batch's labels become soft targets ``(batch, num_classes)`` (one-hot
+    mixed with the partner's), which ``ClassificationModule(task='multiclass')`` learns from.
+
+    Randomness: every batch draws from a seed derived from the run's seed (``seed_everything``), the process rank
+    and a count of augmented batches, inside ``torch.random.fork_rng``: the global generators that dropout and the
+    samplers use are left exactly where they were, so switching augmentation on changes nothing else. The seed and
+    the count are in the data module's checkpoint state, so a resumed run (mid-epoch too) augments its remaining
+    batches exactly as the uninterrupted run did. Draws on a GPU differ from draws on the CPU.
+
+    Needs the optional extra ``loopwise[vision]`` (kornia).
+
+    Args:
+        crop_scale: Range of the crop's area as a fraction of the image (random resized crop, resized back to the
+            image size); ``null`` disables the crop.
+        crop_ratio: Range of the crop's aspect ratio (width / height).
+        flip: Probability of a horizontal flip per image (0 disables it).
+        brightness: Colour jitter: brightness factor drawn from [1 - b, 1 + b] (0 leaves brightness).
+        contrast: Colour jitter: contrast factor drawn from [1 - c, 1 + c].
+        saturation: Colour jitter: saturation factor drawn from [1 - s, 1 + s] (RGB images only).
+        hue: Colour jitter: hue shift drawn from [-h, h], h <= 0.5 (RGB images only).
+        jitter_p: Probability that an image is colour-jittered (when any jitter amount is > 0).
+        mixup_alpha: Mixup: the weight of an image is drawn from Beta(alpha, alpha) once per batch and the image
+            mixed with the batch's reversed order; 0 disables mixup.
+        mixup_p: Probability that a batch is mixed up.
+        cutmix_alpha: Cutmix: a box of area (1 - lambda), lambda ~ Beta(alpha, alpha), is pasted from the batch's
+            reversed order; the targets are mixed by the pasted area. 0 disables cutmix. With both on, each batch
+            chooses one of the two with equal chance.
+        cutmix_p: Probability that a batch is cut-mixed.
+    """
+
+    def __init__(
+        self,
+        crop_scale: tuple[float, float] | None = (0.08, 1.0),
+        crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        flip: float = 0.5,
+        brightness: float = 0.0,
+        contrast: float = 0.0,
+        saturation: float = 0.0,
+        hue: float = 0.0,
+        jitter_p: float = 0.8,
+        mixup_alpha: float = 0.0,
+        mixup_p: float = 1.0,
+        cutmix_alpha: float = 0.0,
+        cutmix_p: float = 1.0,
+    ) -> None:
+        if crop_scale is not None and not 0.0 < crop_scale[0] <= crop_scale[1] <= 1.0:
+            raise ValueError(f"BatchAugmentation: crop_scale must be (low, high) with 0 < low <= high <= 1, got "
+                             f"{tuple(crop_scale)}")
+        if not 0.0 < crop_ratio[0] <= crop_ratio[1]:
+            raise ValueError(f"BatchAugmentation: crop_ratio must be (low, high) with 0 < low <= high, got "
+                             f"{tuple(crop_ratio)}")
+        for name, value, high in (("flip", flip, 1.0), ("brightness", brightness, 1.0), ("contrast", contrast, 1.0),
+                                  ("saturation", saturation, 1.0), ("hue", hue, 0.5), ("jitter_p", jitter_p, 1.0),
+                                  ("mixup_p", mixup_p, 1.0), ("cutmix_p", cutmix_p, 1.0)):
+            _check_range(name, value, 0.0, high)
+        for name, value in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
+            if value < 0:
+                raise ValueError(f"BatchAugmentation: {name} must be >= 0 (0 disables it), got {value}")
+        augmentation = _kornia_augmentation()
+        self.crop_scale = None if crop_scale is None else (float(crop_scale[0]), float(crop_scale[1]))
+        self.crop_ratio = (float(crop_ratio[0]), float(crop_ratio[1]))
+        self.flip = flip
+        self.jitter = (brightness, contrast, saturation, hue)
+        self.jitter_p = jitter_p
+        self.mixup = (mixup_alpha, mixup_p)
+        self.cutmix = (cutmix_alpha, cutmix_p)
+        self._augmentation = augmentation
+        self._pipeline: torch.nn.Sequential | None = None  # built for the first batch's image size and device
+        self._size: tuple[int, int] | None = None
+        self._pipeline_device: torch.device | None = None
+        self.seed: int | None = None  # the run's seed (seed_everything), fixed at the first batch or restored
+        self.batches = 0  # train batches augmented so far in the run
+
+    # --- what it makes --------------------------------------------------------------------------------------
+    @property
+    def soft_targets(self) -> bool:
+        """Whether train batches get soft targets ``(batch, num_classes)`` (mixup or cutmix on)."""
+        return self.mixup[0] > 0 or self.cutmix[0] > 0
+
+    def check_model(self, model: Any, data_name: str) -> None:
+        """Raise a ``ValueError`` when mixup/cutmix's soft targets meet a model that does not learn from them."""
+        if not self.soft_targets:
+            return
+        classes = getattr(model, "num_classes", None)
+        task = getattr(model, "task", None)
+        if not isinstance(classes, int) or task != "multiclass":
+            what = f"task={task!r}" if isinstance(classes, int) else f"{type(model).__name__} (no num_classes)"
+            raise ValueError(
+                f"{data_name}: batch_augmentation's mixup/cutmix make soft targets (batch, num_classes) that only "
+                f"a multiclass classifier learns from, not {what}: set mixup_alpha and cutmix_alpha to 0, or use "
+                "lightning_modules.ClassificationModule with task: multiclass"
+            )
+
+    def check_channels(self, channels: int, data_name: str) -> None:
+        """Saturation and hue need RGB images."""
+        if channels != 3 and (self.jitter[2] > 0 or self.jitter[3] > 0):
+            raise ValueError(f"{data_name}: batch_augmentation's saturation and hue need RGB images (channels: 3), "
+                             f"got channels={channels}; set them to 0")
+
+    # --- checkpoint state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The run's augmentation seed and the count of augmented batches (plain ints)."""
+        return {"seed": self.seed, "batches": self.batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from a checkpoint's seed and count."""
+        self.seed = None if state.get("seed") is None else int(state["seed"])
+        self.batches = int(state.get("batches", 0))
+
+    # --- augmentation ---------------------------------------------------------------------------------------
+    def _build(self, size: tuple[int, int], device: torch.device) -> torch.nn.Sequential:
+        K = self._augmentation
+        steps: list[torch.nn.Module] = []
+        if self.crop_scale is not None:
+            steps.append(K.RandomResizedCrop(size, scale=self.crop_scale, ratio=self.crop_ratio,
+                                             cropping_mode="resample"))  # one batched warp, no per-image loop
+        if self.flip > 0:
+            steps.append(K.RandomHorizontalFlip(p=self.flip))
+        if any(amount > 0 for amount in self.jitter):
+            brightness, contrast, saturation, hue = self.jitter
+            steps.append(K.ColorJitter(brightness, contrast, saturation, hue, p=self.jitter_p))
+        # kornia samples its parameters on its modules' device: the batch's, so no draw is copied to a GPU
+        return torch.nn.Sequential(*steps).to(device)
+
+    def _kornia_call(self, images: Tensor, seed: int) -> Tensor:
+        size = (int(images.shape[-2]), int(images.shape[-1]))
+        if self._pipeline is None or self._size != size or self._pipeline_device != images.device:
+            self._pipeline, self._size, self._pipeline_device = self._build(size, images.device), size, images.device
+        if len(self._pipeline) == 0:
+            return images
+        cuda = images.device.type == "cuda"
+        # the global generators (CPU, and the batch's GPU) come back exactly as they were: dropout and the samplers
+        # see the same stream with augmentation on or off; seeding a CUDA generator sets host-side numbers only
+        with torch.random.fork_rng(devices=[images.device] if cuda else [], device_type=images.device.type):
+            torch.default_generator.manual_seed(seed)
+            if cuda:
+                with torch.cuda.device(images.device):
+                    torch.cuda.manual_seed(seed)
+            return self._pipeline(images)
+
+    def __call__(self, images: Tensor, labels: Tensor, mean: Tensor, std: Tensor, num_classes: int,
+                 rank: int = 0) -> tuple[Tensor, Tensor]:
+        """One augmented train batch: ``images`` normalized ``(B, C, H, W)`` with ``mean``/``std`` per channel,
+        ``labels`` class indices ``(B,)``; returns the images (normalized again) and the labels, soft
+        ``(B, num_classes)`` float when mixup or cutmix is on."""
+        if self.seed is None:
+            self.seed = int(torch.initial_seed())  # seed_everything's seed (the CPU generator's initial seed)
+        rng = np.random.default_rng([self.seed, rank, self.batches])
+        self.batches += 1
+        shape = (1, -1, 1, 1)
+        mean = mean.to(images.device, images.dtype, non_blocking=True).view(shape)
+        std = std.to(images.device, images.dtype, non_blocking=True).view(shape)
+        unit = (images * std + mean).clamp_(0.0, 1.0)
+        augmented = self._kornia_call(unit, int(rng.integers(2**62)))
+        images = (augmented - mean) / std
+        if not self.soft_targets:
+            return images, labels
+        targets = torch.nn.functional.one_hot(labels.long(), num_classes).to(images.dtype)
+        return self._mix(images, targets, rng)
+
+    def _mix(self, images: Tensor, targets: Tensor, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
+        """Mixup or cutmix of the batch with its reverse; every number is drawn on the host (no device sync)."""
+        kinds = [kind for kind, (alpha, _) in (("mixup", self.mixup), ("cutmix", self.cutmix)) if alpha > 0]
+        kind = kinds[int(rng.integers(len(kinds)))]
+        alpha, p = self.mixup if kind == "mixup" else self.cutmix
+        lam = float(rng.beta(alpha, alpha))
+        if rng.random() >= p or len(images) < 2:
+            return images, targets
+        partner_images, partner_targets = images.flip(0), targets.flip(0)
+        if kind == "mixup":
+            return images * lam + partner_images * (1.0 - lam), targets * lam + partner_targets * (1.0 - lam)
+        height, width = int(images.shape[-2]), int(images.shape[-1])
+        cut = math.sqrt(1.0 - lam)
+        cut_h, cut_w = int(height * cut), int(width * cut)
+        cy, cx = int(rng.integers(height)), int(rng.integers(width))
+        y0, y1 = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, height)
+        x0, x1 = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, width)
+        mixed = images.clone()
+        mixed[..., y0:y1, x0:x1] = partner_images[..., y0:y1, x0:x1]
+        kept = 1.0 - (y1 - y0) * (x1 - x0) / (height * width)  # the pasted area decides the targets' weights
+        return mixed, targets * kept + partner_targets * (1.0 - kept)
+
+
+class BatchAugmented:
+    """The data-module side: ``on_after_batch_transfer`` augments train batches with ``self.batch_augmentation``
+    (a ``BatchAugmentation`` or ``None``), using the module's ``mean``, ``std`` and ``num_classes``; ``setup``
+    checks the model and the channels first. Mixed into a data module before ``BaseDataModule``."""
+
+    batch_augmentation: BatchAugmentation | None
+
+    def setup(self, stage: str | None = None) -> None:
+        augmentation = self.batch_augmentation
+        trainer = getattr(self, "trainer", None)
+        if augmentation is not None and stage == "fit" and trainer is not None:
+            augmentation.check_model(trainer.lightning_module, type(self).__name__)
+            augmentation.check_channels(int(getattr(self, "channels", 3)), type(self).__name__)
+        super().setup(stage)  # type: ignore[misc]
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        augmentation = self.batch_augmentation
+        trainer = getattr(self, "trainer", None)
+        if augmentation is None or trainer is None or not trainer.training:
+            return batch
+        images, labels = batch
+        mean, std = getattr(self, "mean"), getattr(self, "std")
+        images, labels = augmentation(images, labels, mean, std, int(getattr(self, "num_classes")),
+                                      rank=int(trainer.global_rank))
+        return images, labels
+
+    def batch_augmentation_state(self) -> dict[str, Any]:
+        """The augmentation's checkpoint state under ``batch_augmentation`` (empty without one)."""
+        augmentation = self.batch_augmentation
+        return {} if augmentation is None else {"batch_augmentation": augmentation.state_dict()}
+
+    def load_batch_augmentation_state(self, state: dict[str, Any]) -> None:
+        """Restore the augmentation's position from a checkpoint's state (a checkpoint without one: kept)."""
+        saved = state.get("batch_augmentation")
+        if self.batch_augmentation is not None and saved is not None:
+            self.batch_augmentation.load_state_dict(saved)
+
+
+__all__ = ["BatchAugmentation", "BatchAugmented", "VISION_EXTRA"]
