@@ -3,6 +3,7 @@
     python benchmarks/fine_tuning.py                  # 5 seeds, prints the table, writes results/fine_tuning.txt
     python benchmarks/fine_tuning.py --per-class 20 --steps 150 --batch-size 20   # more data, longer
     python benchmarks/fine_tuning.py --seeds 2 --pretrain-epochs 4 --variants scratch pretrained   # quick
+    python benchmarks/fine_tuning.py --network hf     # a Hugging Face ResNet through the recipes (fine_tuning_hf.py)
 
 scikit-learn's bundled 8x8 digits (no download). The pretrained network is loopwise's ``ConvNet`` trained once
 (seed 0) with ``ClassificationModule`` on every image of digits 0-4, its weights saved with ``torch.save`` as a user
@@ -184,7 +185,14 @@ def table(result: dict[str, Any], seeds: int, steps: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    network = argparse.ArgumentParser(add_help=False)
+    network.add_argument("--network", choices=["convnet", "hf"], default="convnet")
+    chosen, rest = network.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if chosen.network == "hf":
+        import fine_tuning_hf
+
+        return fine_tuning_hf.main(rest)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[network])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--per-class", type=int, default=10, help="training images per class (at most 20 here)")
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps of every variant")
