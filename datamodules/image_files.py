@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import os
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -93,6 +96,26 @@ def check_image(path: str) -> None:
         raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
 
 
+def decode_base64_images(values: Sequence[Any], owner: str) -> list[bytes]:
+    """The image file bytes of base64 strings (or bytes), checked to open; one ``ValueError`` line naming the first
+    row that is not base64 or not an image."""
+    decoded = []
+    for row, value in enumerate(values):
+        try:
+            data = base64.b64decode(value, validate=True)
+        except (binascii.Error, TypeError, ValueError) as err:
+            raise ValueError(f"{owner}: row {row} of the 'image' column is not base64-encoded bytes ({err})") from None
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                image.verify()
+        except Exception as err:  # as check_image: Pillow raises many kinds on bad bytes
+            raise ValueError(
+                f"{owner}: row {row} of the 'image' column is not an image file ({type(err).__name__}: {err})"
+            ) from None
+        decoded.append(data)
+    return decoded
+
+
 #: Pillow modes of more than 8 bits per pixel that ``Image.convert`` would clip to 8 bits (every value above 255
 #: becomes 255: a 16-bit PNG turns white), with the largest value of their range.
 HIGH_DEPTH_MODES = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535, "I": 65535}
@@ -110,20 +133,28 @@ def to_eight_bits(image: Image.Image) -> Image.Image:
     return Image.fromarray(scaled, mode="L")
 
 
-def read_image(path: str, size: tuple[int, int], channels: int) -> Tensor:
-    """One image file as a uint8 tensor ``(channels, height, width)``: converted to "L"/"RGB", bilinear resize.
+def read_image(
+    path: str | bytes, size: tuple[int, int], channels: int, prepare: Callable[[Image.Image], np.ndarray] | None = None
+) -> Tensor:
+    """One image file (or an image file's bytes) as a uint8 tensor ``(channels, height, width)``: converted to
+    "L"/"RGB", bilinear resize; with ``prepare`` (an image processor's ``ImagePreprocessing``) that instead.
 
-    The file is only read. Alpha is dropped (not composited); EXIF orientation is not applied.
+    The file is only read. Alpha is dropped (not composited; ``prepare`` composites it onto white); EXIF orientation
+    is not applied.
     """
     height, width = size
     try:
-        with Image.open(path) as image:
-            image = to_eight_bits(image).convert(MODES[channels])
-            if image.size != (width, height):
-                image = image.resize((width, height), Image.Resampling.BILINEAR)
-            array = np.array(image, dtype=np.uint8)
+        with Image.open(io.BytesIO(path) if isinstance(path, bytes) else path) as image:
+            if prepare is not None:
+                array = prepare(to_eight_bits(image))
+            else:
+                image = to_eight_bits(image).convert(MODES[channels])
+                if image.size != (width, height):
+                    image = image.resize((width, height), Image.Resampling.BILINEAR)
+                array = np.array(image, dtype=np.uint8)
     except Exception as err:
-        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+        name = f"of {len(path)} bytes" if isinstance(path, bytes) else str(path)
+        raise ValueError(f"cannot read image {name}: {type(err).__name__}: {err}") from err
     if array.ndim == 2:
         array = array[:, :, None]
     return torch.from_numpy(array).permute(2, 0, 1).contiguous()
@@ -136,15 +167,21 @@ class DecodedImages(Dataset):
         paths: Image files.
         size: Target ``(height, width)``.
         channels: 1 (grayscale) or 3 (RGB).
+        prepare: An image processor's preprocessing (``datamodules.image_processor.ImagePreprocessing``), used
+            instead of the conversion and bilinear resize.
     """
 
-    def __init__(self, paths: Sequence[str], size: tuple[int, int], channels: int) -> None:
+    def __init__(
+        self, paths: Sequence[str | bytes], size: tuple[int, int], channels: int,
+        prepare: Callable[[Image.Image], np.ndarray] | None = None,
+    ) -> None:
         self.paths = list(paths)
         self.size = size
         self.channels = channels
+        self.prepare = prepare
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> Tensor:
-        return read_image(self.paths[index], self.size, self.channels)
+        return read_image(self.paths[index], self.size, self.channels, self.prepare)

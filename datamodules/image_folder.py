@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from datamodules.base import BaseDataModule
 from datamodules.batch_augmentation import BatchAugmentation, BatchAugmented
 from datamodules.image_folder_dataset import ImageFolderDataset
+from datamodules.image_processor import ImagePreprocessing, ImageProcessor
 from datamodules.image_files import (
     IMAGE_SUFFIXES,
     MODES,
@@ -21,6 +22,7 @@ from datamodules.image_files import (
     check_image,
     find_class_names,
     find_images,
+    decode_base64_images,
     find_images_to_predict,
     read_image,  # noqa: F401  (re-exported: datamodules.image_folder.read_image)
 )
@@ -61,6 +63,11 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         batch_augmentation: ``datamodules.BatchAugmentation``: random resized crop, flip, colour jitter and
             optionally mixup/cutmix of whole train batches on the training device (kornia, ``loopwise[vision]``);
             its position is in the checkpoint, so a resumed run augments as the uninterrupted one.
+        image_processor: A Hugging Face image processor (local directory or hub name; ``loopwise[hf]``) whose
+            preprocessing replaces the resize and the train statistics: RGB, its resize rule, filter, center crop,
+            rescale, mean and std, as its PIL implementation does; ``image_size`` and ``channels`` are the
+            processor's (leave them out). The checkpoint stores that preprocessing: predict and the MLflow model
+            never need the processor again (the checkpoint's is used; one that loads and differs is an error).
     """
 
     save_init_arguments = True
@@ -77,6 +84,7 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         cache: bool = False,
         predict_path: str | None = None,
         batch_augmentation: BatchAugmentation | None = None,
+        image_processor: str | None = None,
         **kwargs: Any,
     ) -> None:
         name = type(self).__name__
@@ -86,11 +94,16 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
             raise ValueError(f"{name}: {err}") from None
         if channels not in MODES:
             raise ValueError(f"{name}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
+        if image_processor is not None and channels != 3:
+            raise ValueError(f"{name}: channels {channels} with image_processor: its images are RGB; leave channels out")
+        self.image_processor = image_processor
+        written = None if image_size == 32 else size  # the default counts as not written (jsonargparse cannot tell)
+        self.processor = ImageProcessor(image_processor, name, written) if image_processor is not None else None
         if crop_padding < 0:
             raise ValueError(f"{name}: crop_padding must be >= 0, got {crop_padding}")
         super().__init__(**kwargs)
         self.root = root
-        self.image_size: tuple[int, int] = size
+        self._image_size = size
         self.channels = int(channels)
         self.augment = augment
         self.crop_padding = crop_padding
@@ -111,8 +124,19 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         return len(self.class_names)
 
     @property
+    def image_size(self) -> tuple[int, int]:
+        """``(height, width)`` of the images fed to the model (the image processor's with one)."""
+        return self.processor.preprocessing.image_size if self.processor is not None else self._image_size
+
+    @property
+    def prepare(self) -> ImagePreprocessing | None:
+        """The image processor's preprocessing (``None`` without one); its load error when none can be had."""
+        return self.processor.preprocessing if self.processor is not None else None
+
+    @property
     def in_channels(self) -> int:
         """Channels of every image: 1 (grayscale) or 3 (RGB)."""
+        self.prepare  # a processor that could not be loaded (and no checkpoint brought its preprocessing): error
         return self.channels
 
     @property
@@ -178,7 +202,7 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
     def decode(self, paths: Sequence[str]) -> Iterator[Tensor]:
         """Iterate the decoded uint8 images of ``paths`` in order, using ``num_workers`` worker processes."""
         loader = DataLoader(
-            DecodedImages(paths, self.image_size, self.channels),
+            DecodedImages(paths, self.image_size, self.channels, self.prepare),
             batch_size=DECODE_BATCH,
             num_workers=self.num_workers if len(paths) > DECODE_BATCH else 0,
         )
@@ -199,7 +223,9 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         trained with.
         """
         self._train_images = None
-        compute = not (self._restored and self.mean is not None)
+        if self.processor is not None:  # the processor's normalization, no statistics pass
+            self.mean, self.std = (torch.tensor(v) for v in self.processor.preprocessing.normalization())
+        compute = self.processor is None and not (self._restored and self.mean is not None)
         if not compute and not self.cache:
             return
         cached = torch.empty((len(train_paths), self.channels, *self.image_size), dtype=torch.uint8)
@@ -243,6 +269,7 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
             augment=self.augment and split == "train",
             crop_padding=self.crop_padding,
             images=images,
+            prepare=self.prepare,
         )
 
     # --- new data -------------------------------------------------------------------------------------------------
@@ -263,23 +290,31 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         self.check_images(paths)
         images = self.decode_all(paths) if self.cache else None
         dataset = ImageFolderDataset(
-            paths, None, self.image_size, self.channels, self.mean, self.std, augment=False, images=images
+            paths, None, self.image_size, self.channels, self.mean, self.std, images=images, prepare=self.prepare
         )
         return dataset, list(paths)
 
     def frame_data(self, frame: Any) -> tuple[Dataset, list[Any]]:
-        """Image files named in the ``path`` column of a DataFrame, prepared as val/test images, with their paths
-        as ids."""
+        """Images of a DataFrame prepared as val/test images: files named in a ``path`` column, or an ``image``
+        column of base64-encoded image file bytes (what ``mlflow models serve`` clients send in JSON), decoded in
+        memory. Ids: the ``path`` column (the row numbers for ``image`` alone)."""
         if self.mean is None or self.std is None:
             self.setup()
-        if "path" not in frame.columns:
-            raise ValueError(f"{type(self).__name__}: the table needs a 'path' column of image files")
-        paths = [str(p) for p in frame["path"].tolist()]
-        self.check_images(paths)
+        if "image" in frame.columns:
+            sources: list[Any] = decode_base64_images(frame["image"].tolist(), type(self).__name__)
+            ids = [str(p) for p in frame["path"]] if "path" in frame.columns else list(range(len(sources)))
+        elif "path" in frame.columns:
+            sources = ids = [str(p) for p in frame["path"].tolist()]
+            self.check_images(sources)
+        else:
+            raise ValueError(
+                f"{type(self).__name__}: the table needs a 'path' column of image files or an 'image' column of "
+                "base64-encoded image bytes"
+            )
         dataset = ImageFolderDataset(
-            paths, None, self.image_size, self.channels, self.mean, self.std, augment=False, images=None
+            sources, None, self.image_size, self.channels, self.mean, self.std, prepare=self.prepare
         )
-        return dataset, paths
+        return dataset, ids
 
     def raw_examples(self, count: int = 5) -> Any:
         """The paths of the first ``count`` images of the train data, as a DataFrame with a ``path`` column."""
@@ -295,6 +330,8 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         if self.mean is not None and self.std is not None:
             state["mean"] = self.mean.tolist()
             state["std"] = self.std.tolist()
+        if self.processor is not None and (self.processor.loaded or self.processor.restored):
+            state.update(self.processor.state_dict())  # the preprocessing: predict never needs the processor again
         state.update(self.batch_augmentation_state())
         return state
 
@@ -308,6 +345,13 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
                 f"{self.class_names}; labels would not match the model's outputs"
             )
         self.load_batch_augmentation_state(state_dict)
+        if self.processor is not None or state_dict.get("preprocessing") is not None:
+            if self.processor is None:
+                raise ValueError(
+                    f"{name}: the checkpoint was trained with image_processor {state_dict.get('image_processor')}; "
+                    "set image_processor to the processor the model was trained with"
+                )
+            self.processor.restore(state_dict)
         if state_dict.get("mean") is None or state_dict.get("std") is None:
             return
         mean = torch.tensor(state_dict["mean"], dtype=torch.float32)

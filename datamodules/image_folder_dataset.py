@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
@@ -22,7 +24,7 @@ class ImageFolderDataset(Dataset):
     Without labels (new images to predict) a sample is ``(image,)``.
 
     Args:
-        paths: The image files of the split.
+        paths: The image files of the split (or the images' file bytes).
         labels: Class index per file (int64), or ``None`` for images without labels.
         size: Target ``(height, width)``.
         channels: 1 (grayscale) or 3 (RGB).
@@ -31,11 +33,13 @@ class ImageFolderDataset(Dataset):
         augment: Random crop and horizontal flip on every read.
         crop_padding: Pixels of zero padding on each side before the random crop (0: flip only).
         images: Optional decoded uint8 ``(N, C, H, W)`` images in the order of ``paths``.
+        prepare: An image processor's preprocessing (``ImagePreprocessing``) that decodes instead of the conversion
+            and bilinear resize.
     """
 
     def __init__(
         self,
-        paths: Sequence[str],
+        paths: Sequence[str | bytes],
         labels: Tensor | None,
         size: tuple[int, int],
         channels: int,
@@ -44,6 +48,7 @@ class ImageFolderDataset(Dataset):
         augment: bool = False,
         crop_padding: int = 4,
         images: Tensor | None = None,
+        prepare: Callable[[Image.Image], np.ndarray] | None = None,
     ) -> None:
         if (labels is not None and len(paths) != len(labels)) or (images is not None and len(images) != len(paths)):
             raise ValueError(
@@ -57,6 +62,7 @@ class ImageFolderDataset(Dataset):
         self.augment = augment
         self.crop_padding = crop_padding
         self.images = images
+        self.prepare = prepare
         self.set_normalization(mean, std)
 
     def set_normalization(self, mean: Tensor, std: Tensor) -> None:
@@ -71,7 +77,7 @@ class ImageFolderDataset(Dataset):
         """The decoded, resized uint8 image ``index`` before augmentation and normalization."""
         if self.images is not None:
             return self.images[index]
-        return read_image(self.paths[index], self.size, self.channels)
+        return read_image(self.paths[index], self.size, self.channels, self.prepare)
 
     def random_crop_flip(self, image: Tensor) -> Tensor:
         """Pad with zeros, crop a random window of the original size, flip horizontally with probability 0.5."""
