@@ -99,7 +99,7 @@ class BatchAugmentation:
         for name, value in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
             if value < 0:
                 raise ValueError(f"BatchAugmentation: {name} must be >= 0 (0 disables it), got {value}")
-        augmentation = _kornia_augmentation()
+        _kornia_augmentation()  # installed? (imported again where the pipeline is built: a module does not deep-copy)
         self.crop_scale = None if crop_scale is None else (float(crop_scale[0]), float(crop_scale[1]))
         self.crop_ratio = (float(crop_ratio[0]), float(crop_ratio[1]))
         self.flip = flip
@@ -107,7 +107,6 @@ class BatchAugmentation:
         self.jitter_p = jitter_p
         self.mixup = (mixup_alpha, mixup_p)
         self.cutmix = (cutmix_alpha, cutmix_p)
-        self._augmentation = augmentation
         self._pipeline: torch.nn.Sequential | None = None  # built for the first batch's image size and device
         self._size: tuple[int, int] | None = None
         self._pipeline_device: torch.device | None = None
@@ -152,7 +151,7 @@ class BatchAugmentation:
 
     # --- augmentation ---------------------------------------------------------------------------------------
     def _build(self, size: tuple[int, int], device: torch.device) -> torch.nn.Sequential:
-        K = self._augmentation
+        K = _kornia_augmentation()
         steps: list[torch.nn.Module] = []
         if self.crop_scale is not None:
             steps.append(K.RandomResizedCrop(size, scale=self.crop_scale, ratio=self.crop_ratio,
