@@ -94,7 +94,7 @@ class HFImageClassifier(nn.Module):
     Parameter names are the Hugging Face ones under ``model.``: ``freeze: [model.vit.embeddings]``,
     ``lr_multipliers: {model.classifier: 10}``; ``part_names`` lets a recipe say ``backbone`` (``model.vit``,
     ``model.resnet``, ``model.convnext``, ...) and ``head`` (``model.classifier``) for any family; ``layerwise_lr_decay`` decays over the model's stack of blocks
-    (``encoder.layer`` of a ViT, ``encoder.stages`` of a ResNet or ConvNeXt). A checkpoint rebuilds the network from
+    (``layers`` of a ViT in transformers 5, ``encoder.stages`` of a ResNet or ConvNeXt). A checkpoint rebuilds the network from
     ``name_or_path`` (which must still be readable: the directory, or the hub model in the local cache with
     ``HF_HUB_OFFLINE=1``) and then loads its own weights into it.
 
