@@ -143,3 +143,12 @@ def digits_folder(
             image = Image.fromarray(pixels).resize((size, size), Image.Resampling.BILINEAR)
             image.convert("RGB").save(folder / f"{index:04d}.png")
     return root
+
+
+@functools.lru_cache(maxsize=None)
+def local_digits_folder() -> Path:
+    """A folder of 12 digit images per class (32x32 RGB PNG, ``digits_folder``), written once per process in a
+    temporary directory removed at exit: the image recipes' folder in the tests."""
+    root = Path(tempfile.mkdtemp(prefix="loopwise-digits-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return digits_folder(root / "digits", per_class=12)

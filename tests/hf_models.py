@@ -122,6 +122,8 @@ def hf_overrides(recipe: Path) -> list[str]:
     network = ((config.get("model") or {}).get("init_args") or {}).get("model") or {}
     kind = HF_NETWORKS.get(network.get("class_path", ""))
     if kind is None:
+        if network.get("class_path", "").rsplit(".", 1)[-1] == "HFImageClassifier":
+            return hf_image_overrides()
         return []
     local = str(local_hf_models()[kind])
     args = ["--model.init_args.model.init_args.name_or_path", local]
@@ -129,3 +131,16 @@ def hf_overrides(recipe: Path) -> list[str]:
     if data.get("tokenizer") not in (None, "word", "char"):
         args += ["--data.init_args.tokenizer", local]
     return args
+
+
+def hf_image_overrides(family: str = "resnet") -> list[str]:
+    """Overrides that point an image recipe's Hugging Face network, its image processor and its folder at a tiny
+    local model of ``family`` (``tests/hf_image_models.py``) and a small folder of digit images (12 per class)."""
+    from tests.hf_image_models import local_digits_folder, local_hf_image_models
+
+    local = str(local_hf_image_models()[family])
+    return [
+        "--model.init_args.model.init_args.name_or_path", local,
+        "--data.init_args.image_processor", local,
+        "--data.init_args.root", str(local_digits_folder()),
+    ]
