@@ -39,8 +39,9 @@ class BatchAugmentation:
     """Augment whole train batches after their transfer to the training device (the GPU when there is one).
 
     Applied by the data module's ``on_after_batch_transfer`` to training batches only (validation, test and
-    predict batches are never augmented). Images arrive normalized with the data's mean and std: they are mapped
-    back to [0, 1], cropped, flipped and jittered there by ``kornia.augmentation``, normalized again, then mixed.
+    predict batches are never augmented). Images arrive normalized with the data's mean and std: with colour jitter
+    they are mapped back to [0, 1], cropped, flipped and jittered there by ``kornia.augmentation`` and normalized
+    again (crop and flip alone commute with the normalization and skip the round trip), then mixed.
     With mixup or cutmix on, every train batch's labels become soft targets ``(batch, num_classes)`` (one-hot
     mixed with the partner's), which ``ClassificationModule(task='multiclass')`` learns from.
 
@@ -154,8 +155,9 @@ class BatchAugmentation:
         K = _kornia_augmentation()
         steps: list[torch.nn.Module] = []
         if self.crop_scale is not None:
-            steps.append(K.RandomResizedCrop(size, scale=self.crop_scale, ratio=self.crop_ratio,
-                                             cropping_mode="resample"))  # one batched warp, no per-image loop
+            # on a GPU one batched warp ("resample"); on the CPU a slice and resize per image, 4-5x faster there
+            mode = "slice" if device.type == "cpu" else "resample"
+            steps.append(K.RandomResizedCrop(size, scale=self.crop_scale, ratio=self.crop_ratio, cropping_mode=mode))
         if self.flip > 0:
             steps.append(K.RandomHorizontalFlip(p=self.flip))
         if any(amount > 0 for amount in self.jitter):
@@ -189,12 +191,15 @@ class BatchAugmentation:
             self.seed = int(torch.initial_seed())  # seed_everything's seed (the CPU generator's initial seed)
         rng = np.random.default_rng([self.seed, rank, self.batches])
         self.batches += 1
-        shape = (1, -1, 1, 1)
-        mean = mean.to(images.device, images.dtype, non_blocking=True).view(shape)
-        std = std.to(images.device, images.dtype, non_blocking=True).view(shape)
-        unit = (images * std + mean).clamp_(0.0, 1.0)
-        augmented = self._kornia_call(unit, int(rng.integers(2**62)))
-        images = (augmented - mean) / std
+        seed = int(rng.integers(2**62))
+        if any(amount > 0 for amount in self.jitter):  # colour jitter works on [0, 1] values
+            shape = (1, -1, 1, 1)
+            mean = mean.to(images.device, images.dtype, non_blocking=True).view(shape)
+            std = std.to(images.device, images.dtype, non_blocking=True).view(shape)
+            unit = (images * std + mean).clamp_(0.0, 1.0)
+            images = (self._kornia_call(unit, seed) - mean) / std
+        else:  # a crop's bilinear resize and a flip commute with the per-channel normalization: no round trip
+            images = self._kornia_call(images, seed)
         if not self.soft_targets:
             return images, labels
         targets = torch.nn.functional.one_hot(labels.long(), num_classes).to(images.dtype)

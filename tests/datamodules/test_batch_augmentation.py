@@ -60,6 +60,18 @@ def test_without_crop_flip_and_jitter_the_images_come_back_normalized_as_they_we
     assert torch.allclose(flipped, images.flip(-1), atol=1e-5)
 
 
+def test_crop_and_flip_on_normalized_images_equal_them_on_unit_values_normalized_after():
+    images, labels = batch()
+    unit = images * STD.view(1, 3, 1, 1) + MEAN.view(1, 3, 1, 1)
+    torch.manual_seed(3)
+    normalized, _ = BatchAugmentation(crop_scale=(0.3, 1.0))(images, labels, MEAN, STD, 3)
+    torch.manual_seed(3)
+    plain, _ = BatchAugmentation(crop_scale=(0.3, 1.0))(unit, labels, torch.zeros(3), torch.ones(3), 3)
+    assert not torch.allclose(plain, unit, atol=1e-3)
+    expected = (plain - MEAN.view(1, 3, 1, 1)) / STD.view(1, 3, 1, 1)
+    assert torch.allclose(normalized, expected, atol=1e-4)
+
+
 def test_mixup_mixes_images_and_one_hot_targets_with_one_weight():
     images, labels = batch()
     torch.manual_seed(0)
