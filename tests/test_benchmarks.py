@@ -71,6 +71,19 @@ def test_data_loading_quick_prints_ratios(bench, capsys):
     assert out.count("batched / per-sample = ") == 2
 
 
+def test_augmentation_quick_prints_ratios_and_run_all_renders_them(bench, capsys, tmp_path):
+    pytest.importorskip("kornia")
+    out_json = tmp_path / "augmentation.json"
+    assert bench("augmentation.py").main(["--quick", "--sides", "64", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "batched crop+flip / per-sample = " in out and "batched crop+flip+jitter / per-sample = " in out
+    data = json.loads(out_json.read_text())
+    assert [r["variant"] for r in data["rows"]] == ["batched crop+flip", "batched crop+flip+jitter"]
+    assert all(rate > 0 for rate in data["rows"][0]["images_per_s"].values())
+    rows = bench("run_all").rows_for("augmentation", data, out)
+    assert len(rows) == 2 and rows[0].startswith("| augmentation | 3x64x64, batch 64, num_workers 0, cpu: batched")
+
+
 def test_gpu_cpu_smoke_prints_ratio_and_skips_the_bf16_target(bench, capsys, tmp_path):
     gpu = bench("gpu.py")
     out_json = tmp_path / "gpu.json"
