@@ -135,7 +135,8 @@ def hf_overrides(recipe: Path) -> list[str]:
 
 def hf_image_overrides(family: str = "resnet") -> list[str]:
     """Overrides that point an image recipe's Hugging Face network, its image processor and its folder at a tiny
-    local model of ``family`` (``tests/hf_image_models.py``) and a small folder of digit images (12 per class)."""
+    local model of ``family`` (``tests/hf_image_models.py``) and a small folder of digit images (12 per class), in
+    batches of 8 (10 train batches, 3 val: the host-sync test counts ordinary batches)."""
     from tests.hf_image_models import local_digits_folder, local_hf_image_models
 
     local = str(local_hf_image_models()[family])
@@ -143,4 +144,5 @@ def hf_image_overrides(family: str = "resnet") -> list[str]:
         "--model.init_args.model.init_args.name_or_path", local,
         "--data.init_args.image_processor", local,
         "--data.init_args.root", str(local_digits_folder()),
+        "--data.init_args.batch_size", "8",
     ]
