@@ -13,8 +13,8 @@
 #   gpu_images    python benchmarks/gpu_images.py (HF ResNet-18 / ViT-S fine-tuning images/s) -> gpu_images.json
 #   summary.txt   each step's exit status and seconds, and the result lines
 #
-# Wheels carried in .whl/ (gitignored through .git/info/exclude; fetched on the CPU machine, see README's "GPU
-# device run" notes in benchmarks/README.md): what loopwise needs at run time that the device's image (Python 3.12.3,
+# Wheels carried in .whl/ (ignored through .git/info/exclude; fetched on the CPU machine with the command at the end
+# of this block): what loopwise needs at run time that the device's image (Python 3.12.3,
 # /opt/torch/.venv: torch 2.11.0+cu130, lightning 2.6.6, torchmetrics 1.9.0, transformers 5.17.0, pandas, pyarrow,
 # scikit-learn, matplotlib, pillow, psutil, safetensors, pyyaml, ...) lacks, for cp312 manylinux x86_64, with every
 # missing dependency, transitively (Requires-Dist checked against the device's package list). MLflow's embedded
