@@ -96,24 +96,44 @@ def check_image(path: str) -> None:
         raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
 
 
-def decode_base64_images(values: Sequence[Any], owner: str) -> list[bytes]:
-    """The image file bytes of base64 strings (or bytes), checked to open; one ``ValueError`` line naming the first
-    row that is not base64 or not an image."""
-    decoded = []
-    for row, value in enumerate(values):
-        try:
-            data = base64.b64decode(value, validate=True)
-        except (binascii.Error, TypeError, ValueError) as err:
-            raise ValueError(f"{owner}: row {row} of the 'image' column is not base64-encoded bytes ({err})") from None
-        try:
-            with Image.open(io.BytesIO(data)) as image:
-                image.verify()
-        except Exception as err:  # as check_image: Pillow raises many kinds on bad bytes
-            raise ValueError(
-                f"{owner}: row {row} of the 'image' column is not an image file ({type(err).__name__}: {err})"
-            ) from None
-        decoded.append(data)
-    return decoded
+def missing(value: Any) -> bool:
+    """A table cell without a value (``None``, NaN)."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def decode_base64_image(value: Any, row: int) -> bytes:
+    """The image file bytes of a base64 string (or bytes), checked to open; a ``ValueError`` naming ``row``."""
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, TypeError, ValueError) as err:
+        raise ValueError(f"row {row} of the 'image' column is not base64-encoded bytes ({err})") from None
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.verify()
+    except Exception as err:  # as check_image: Pillow raises many kinds on bad bytes
+        raise ValueError(f"row {row} of the 'image' column is not an image file ({type(err).__name__}: {err})") from None
+    return data
+
+
+def frame_images(frame: Any) -> tuple[list[str | bytes], list[str | None]]:
+    """The images of a DataFrame's rows and their ids: a row's ``image`` (base64-encoded image file bytes, decoded
+    in memory) or else its ``path`` (an image file, checked to open); the id is the row's ``path`` (``None`` when it
+    has only an image). One ``ValueError`` line names the first bad row."""
+    columns = [c for c in ("path", "image") if c in frame.columns]
+    if not columns:
+        raise ValueError("the table needs a 'path' column of image files or an 'image' column of base64-encoded image bytes")
+    paths = frame["path"].tolist() if "path" in columns else [None] * len(frame)
+    images = frame["image"].tolist() if "image" in columns else [None] * len(frame)
+    sources: list[str | bytes] = []
+    for row, (path, image) in enumerate(zip(paths, images)):
+        if not missing(image):
+            sources.append(decode_base64_image(image, row))
+        elif not missing(path):
+            check_image(str(path))
+            sources.append(str(path))
+        else:
+            raise ValueError(f"row {row} has neither a 'path' nor an 'image'")
+    return sources, [None if missing(path) else str(path) for path in paths]
 
 
 #: Pillow modes of more than 8 bits per pixel that ``Image.convert`` would clip to 8 bits (every value above 255

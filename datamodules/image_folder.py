@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Literal, Sequence
@@ -22,8 +23,8 @@ from datamodules.image_files import (
     check_image,
     find_class_names,
     find_images,
-    decode_base64_images,
     find_images_to_predict,
+    frame_images,
     read_image,  # noqa: F401  (re-exported: datamodules.image_folder.read_image)
 )
 
@@ -297,31 +298,29 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
     def frame_data(self, frame: Any) -> tuple[Dataset, list[Any]]:
         """Images of a DataFrame prepared as val/test images: files named in a ``path`` column, or an ``image``
         column of base64-encoded image file bytes (what ``mlflow models serve`` clients send in JSON), decoded in
-        memory. Ids: the ``path`` column (the row numbers for ``image`` alone)."""
+        memory (a row may give either; with both, the image is read and the path is its id)."""
         if self.mean is None or self.std is None:
             self.setup()
-        if "image" in frame.columns:
-            sources: list[Any] = decode_base64_images(frame["image"].tolist(), type(self).__name__)
-            ids = [str(p) for p in frame["path"]] if "path" in frame.columns else list(range(len(sources)))
-        elif "path" in frame.columns:
-            sources = ids = [str(p) for p in frame["path"].tolist()]
-            self.check_images(sources)
-        else:
-            raise ValueError(
-                f"{type(self).__name__}: the table needs a 'path' column of image files or an 'image' column of "
-                "base64-encoded image bytes"
-            )
+        try:
+            sources, ids = frame_images(frame)
+        except ValueError as err:
+            raise ValueError(f"{type(self).__name__}: {err}") from None
         dataset = ImageFolderDataset(
             sources, None, self.image_size, self.channels, self.mean, self.std, prepare=self.prepare
         )
         return dataset, ids
 
     def raw_examples(self, count: int = 5) -> Any:
-        """The paths of the first ``count`` images of the train data, as a DataFrame with a ``path`` column."""
+        """The first ``count`` images of the train data as a DataFrame (the MLflow model's input example): the last
+        one as base64 bytes in an ``image`` column, the others by ``path`` (both columns optional in the signature)."""
         import pandas as pd
 
-        paths, _ = self.load()
-        return pd.DataFrame({"path": list(paths)[:count]})
+        paths = list(self.load()[0])[:count]
+        if len(paths) < 2:
+            return pd.DataFrame({"path": paths})
+        with open(paths[-1], "rb") as handle:
+            image = base64.b64encode(handle.read()).decode("ascii")
+        return pd.DataFrame({"path": paths[:-1] + [None], "image": [None] * (len(paths) - 1) + [image]})
 
     # --- checkpoint state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
