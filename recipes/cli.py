@@ -1,8 +1,8 @@
 """The ``recipes`` command: ``main()`` and its table of commands.
 
 ``fit``, ``validate``, ``test`` and ``predict`` run one recipe through ``recipes.run.recipes_cli.RecipesCLI``;
-``compare``, ``sweep`` and ``sync`` are commands of their own (``recipes.compare``, ``recipes.sweep``,
-``recipes.tracking.sync``), imported only when named so that ``import recipes.cli`` stays light.
+``compare``, ``sweep``, ``sync`` and ``export`` are commands of their own (``recipes.compare``, ``recipes.sweep``,
+``recipes.tracking.sync``, ``recipes.export``), imported only when named so that ``import recipes.cli`` stays light.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ COMMANDS = """recipes commands:
   compare    runs side by side:                recipes compare [--experiment E] [--sweep STUDY] [--plot P]
   sweep      hyperparameter search (Optuna):   recipes sweep -c <recipe> -c configs/sweeps/<recipe>.yaml --n_trials N
   sync       write a run's journal to MLflow:  recipes sync [--checkpoints_dir checkpoints]
+  export     a Hugging Face network for transformers (save_pretrained):
+                                               recipes export -c ... --ckpt_path best --export_dir DIR
 Each takes --help.
 """
 
@@ -48,6 +50,10 @@ def main(args: list[str] | None = None) -> None:
         from recipes.sweep.command import main as sweep_main
 
         raise SystemExit(sweep_main(argv[1:]))
+    if argv[:1] == ["export"]:
+        from recipes.export.command import main as export_main
+
+        raise SystemExit(export_main(argv[1:]))
     if argv[:1] == ["sync"]:
         from recipes.tracking.sync import main as sync_main
 
