@@ -40,7 +40,8 @@ class ExportCLI(RecipesCLI):
         parser.add_argument("--export_dir", type=str | None, default=None, help=EXPORT_DIR_HELP)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        if not any(arg.split("=", 1)[0] == "--ckpt_path" for arg in self.command_args):  # before predict's own line
+        given = {arg.split("=", 1)[0] for arg in self.command_args}
+        if not given & {"--ckpt_path", "-h", "--help"}:  # before predict's own line, which names predict
             raise RecipeInputError(CKPT_PATH_NEEDED)
         super().parse_arguments(parser, args)
         cfg = self.subcommand_config

@@ -7,12 +7,15 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from lightning_modules.models import MLP, HFImageClassifier
 from recipes.export.pretrained_export import ExportError, check_export_dir, export_pretrained, image_processor_of
+from tests.conftest import REPO
 from tests.hf_image_models import local_hf_image_models
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+REVIEWS = REPO / "data" / "reviews.csv"
 
 
 class Images(SimpleNamespace):
@@ -77,3 +80,27 @@ def test_a_recorded_processor_is_rebuilt_only_as_a_transformers_image_processor(
             f"the checkpoint's image processor class {name!r} is not a transformers image processor: refusing to build "
             "it; fine-tune with a Hugging Face image processor"
         )
+
+
+def test_a_text_classifier_is_written_with_its_tokenizer_and_reloads_with_the_same_logits(tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from datamodules import TextClassificationDataModule
+    from lightning_modules.models import HFSequenceClassifier
+    from tests.hf_models import local_hf_models
+
+    bert = str(local_hf_models()["bert"])
+    data = TextClassificationDataModule(str(REVIEWS), tokenizer=bert)
+    network = HFSequenceClassifier(bert, num_classes=data.num_classes).eval()
+    written = export_pretrained(network, data, tmp_path / "out")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(written)
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert model.config.id2label == dict(enumerate(data.class_names))
+    texts = ["A wonderful film, I loved it.", "Boring and far too long."]
+    inputs = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(model(**inputs).logits, network(**inputs))
+    # loopwise's own word tokenizer is not a transformers tokenizer
+    with pytest.raises(ExportError, match="encoded with loopwise's own tokenizer"):
+        export_pretrained(network, TextClassificationDataModule(str(REVIEWS)), tmp_path / "word")
