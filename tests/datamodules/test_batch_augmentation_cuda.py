@@ -10,7 +10,7 @@ import torch
 from datamodules import BatchAugmentation
 
 pytest.importorskip("kornia")
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+NO_CUDA = "needs a CUDA device"
 
 MEAN, STD = torch.tensor([0.4, 0.5, 0.6]), torch.tensor([0.2, 0.25, 0.3])
 FULL = dict(crop_scale=(0.3, 1.0), brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1, mixup_alpha=0.4,
@@ -23,6 +23,7 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
     return images.cuda(), (torch.arange(16) % 3).cuda()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 def test_cuda_draws_are_seeded_and_leave_the_global_generators_alone():
     images, labels = batch()
     torch.manual_seed(5)
@@ -39,6 +40,7 @@ def test_cuda_draws_are_seeded_and_leave_the_global_generators_alone():
     assert torch.equal(resumed(images, labels, MEAN, STD, 3)[0], second)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 @pytest.mark.parametrize("jitter", [False, True], ids=["crop-flip", "crop-flip-jitter-mix"])
 def test_a_cuda_call_makes_no_host_sync(jitter):
     images, labels = batch()
