@@ -140,7 +140,7 @@ if [ -f benchmarks/augmentation.py ]; then
 else
     SUMMARY+="augmentation: benchmarks/augmentation.py not in this tree"$'\n'
 fi
-step gpu_images 120 $PY benchmarks/gpu_images.py --max-seconds 100 --json "$OUT/gpu_images.json"
+step gpu_images 120 $PY benchmarks/gpu_images.py --max-seconds 112 --json "$OUT/gpu_images.json"
 
 {
     echo "gpu_checks: $((SECONDS)) s in all"

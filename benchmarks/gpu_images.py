@@ -115,22 +115,29 @@ def build_models(directory: Path, size: dict[str, Any]) -> dict[str, Path]:
 
 def make_image_folder(root: Path, per_class: int, side: int) -> Path:
     """``CLASSES`` sub-folders of ``per_class`` RGB PNG files each: smooth random textures (coarse noise upsampled
-    bilinearly) tinted per class, so the task is learnable and the files compress like photographs, not noise."""
+    bilinearly) tinted per class, so the task is learnable and the files compress like photographs, not noise.
+    One process per class (seeded by the class: the same files every time)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(CLASSES, os.cpu_count() or 1)) as pool:
+        list(pool.map(write_class, [(root, label, per_class, side) for label in range(CLASSES)]))
+    return root
+
+
+def write_class(job: tuple[Path, int, int, int]) -> None:
     import numpy as np
     from PIL import Image
 
-    rng = np.random.default_rng(0)
+    root, label, per_class, side = job
+    rng = np.random.default_rng(label)
     coarse = max(2, side // 16)
-    for label in range(CLASSES):
-        folder = root / f"class{label}"
-        folder.mkdir(parents=True, exist_ok=True)
-        tint = np.zeros(3)
-        tint[label % 3] = 60.0 if label < 3 else -60.0
-        for i in range(per_class):
-            noise = (rng.random((coarse, coarse, 3)) * 195 + 30 + tint).clip(0, 255).astype(np.uint8)
-            image = Image.fromarray(noise).resize((side, side), Image.BILINEAR)
-            image.save(folder / f"{i:04d}.png", compress_level=1)
-    return root
+    folder = root / f"class{label}"
+    folder.mkdir(parents=True, exist_ok=True)
+    tint = np.zeros(3)
+    tint[label % 3] = 60.0 if label < 3 else -60.0
+    for i in range(per_class):
+        noise = (rng.random((coarse, coarse, 3)) * 195 + 30 + tint).clip(0, 255).astype(np.uint8)
+        Image.fromarray(noise).resize((side, side), Image.BILINEAR).save(folder / f"{i:04d}.png", compress_level=1)
 
 
 PROCESSOR_ERRORS: dict[str, str] = {}
