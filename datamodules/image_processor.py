@@ -244,9 +244,11 @@ class ImageProcessor:
     """The ``image_processor`` of an ``ImageFolderDataModule``: its preprocessing, from the processor or restored from
     a checkpoint.
 
-    A processor that cannot be loaded (a directory deleted since training, the hub out of reach) is not an error
-    until its preprocessing is needed (``preprocessing``): a checkpoint's data state restored first (``restore``)
-    brings the preprocessing the model was trained with, so predicting and the MLflow model work without it.
+    A local directory is read when the module is built; a hub name only when its preprocessing is first needed, so
+    a checkpoint's data state restored first (``restore``: predict, the MLflow model) brings the preprocessing the
+    model was trained with and nothing is fetched. A processor that cannot be loaded (a directory deleted since
+    training, the hub out of reach) or followed is not an error until its preprocessing is needed
+    (``preprocessing``), and then one line; a written ``image_size`` other than the processor's is one at once.
 
     Args:
         name_or_path: A local directory (written by ``save_pretrained``) or a hub name.
@@ -261,21 +263,37 @@ class ImageProcessor:
         self.record: dict[str, Any] | None = None
         self.error: str | None = None
         self.loaded: ImagePreprocessing | None = None
+        self.restored: ImagePreprocessing | None = None
+        self.tried = False
+        if self.is_local():
+            self.load()
+
+    def is_local(self) -> bool:
+        """Whether the processor is a local directory (read without any network access)."""
+        return Path(self.name).expanduser().is_dir()
+
+    def load(self) -> None:
+        """Load the processor once: its preprocessing and record, or the reason it cannot be used (``error``)."""
+        if self.tried:
+            return
+        self.tried = True
         try:
-            self.loaded, self.record = load_image_processor(name_or_path, owner)
+            loaded, self.record = load_image_processor(self.name, self.owner)
         except ValueError as err:
             self.error = str(err)
-        self.restored: ImagePreprocessing | None = None
-        if self.loaded is not None:
-            self.check_size(self.loaded)
+            return
+        self.check_size(loaded)
+        self.loaded = loaded
 
     @property
     def preprocessing(self) -> ImagePreprocessing:
         """The preprocessing in use: the checkpoint's once restored, else the processor's (or its load error)."""
-        found = self.restored or self.loaded
-        if found is None:
+        if self.restored is not None:
+            return self.restored
+        self.load()
+        if self.loaded is None:
             raise ValueError(self.error)
-        return found
+        return self.loaded
 
     def check_size(self, preprocessing: ImagePreprocessing) -> None:
         """A written ``image_size`` other than the processor's is an error."""
@@ -290,14 +308,16 @@ class ImageProcessor:
         return {"preprocessing": self.preprocessing.to_state(), "image_processor": self.record}
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Use a checkpoint's preprocessing; a processor that loads here but prepares images otherwise is an error
-        (the model would see other inputs than it was trained on), so is a checkpoint trained without one."""
+        """Use a checkpoint's preprocessing; a local processor that prepares images otherwise is an error (the model
+        would see other inputs than it was trained on), so is a checkpoint trained without one."""
         if state.get("preprocessing") is None:
             raise ValueError(
                 f"{self.owner}: the checkpoint was trained without an image_processor (its own resize and train "
                 f"statistics), but this module has image_processor={self.name!r}; leave image_processor out"
             )
         saved = ImagePreprocessing.from_state(state["preprocessing"])
+        if self.is_local():  # a local processor is compared with the checkpoint's; a hub one is not fetched
+            self.load()
         if self.loaded is not None and self.loaded != saved:
             raise ValueError(
                 f"{self.owner}: image_processor {self.name!r} prepares images with {self.loaded.describe()}, but the "

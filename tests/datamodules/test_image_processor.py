@@ -179,3 +179,21 @@ def test_the_checkpoint_state_holds_the_preprocessing_and_the_processor(image_ro
         other.load_state_dict(loaded)
     with pytest.raises(ValueError, match="checkpoint was trained with image_processor"):
         module(image_root, None).load_state_dict(loaded)
+
+
+def test_a_hub_processor_is_not_fetched_when_the_checkpoint_brings_its_preprocessing(image_root, tmp_path):
+    """(The tests run with HF_HUB_OFFLINE=1: a hub name cannot load here, as on a machine without network.)"""
+    trained = module(image_root, save_processor(tmp_path / "p", "vit"))
+    trained.setup()
+    state = trained.state_dict()
+    hub = module(image_root, "someone/tiny-vit-processor")  # type: ignore[arg-type]
+    assert hub.processor.tried is False  # nothing fetched when the module is built
+    hub.load_state_dict(state)
+    assert hub.image_size == (24, 20)
+    hub.setup()
+    assert hub.processor.tried is False  # nor when a checkpoint's preprocessing is used
+    assert torch.equal(hub.datasets["train"][0][0], trained.datasets["train"][0][0])
+    unreachable = module(image_root, "someone/tiny-vit-processor")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'someone/tiny-vit-processor' is neither a local directory with a Hugging "
+                                         "Face image processor nor a hub image processor that can be loaded"):
+        unreachable.in_channels
