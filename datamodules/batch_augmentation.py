@@ -231,20 +231,31 @@ class BatchAugmentation:
 class BatchAugmented:
     """The data-module side: ``on_after_batch_transfer`` augments train batches with ``self.batch_augmentation``
     (a ``BatchAugmentation`` or ``None``), using the module's ``mean``, ``std`` and ``num_classes``; ``setup``
-    checks the model and the channels first. Mixed into a data module before ``BaseDataModule``."""
+    checks the model and the channels first. Mixed into a data module before ``BaseDataModule``.
 
-    batch_augmentation: BatchAugmentation | None
+    A data module rebuilt from its saved arguments to predict (the MLflow model) holds the augmentation's saved
+    configuration instead (a dict): it is never used there, and needs no kornia."""
+
+    batch_augmentation: BatchAugmentation | Any
+
+    def _augmentation(self) -> BatchAugmentation | None:
+        augmentation = self.batch_augmentation
+        return augmentation if isinstance(augmentation, BatchAugmentation) else None
 
     def setup(self, stage: str | None = None) -> None:
-        augmentation = self.batch_augmentation
         trainer = getattr(self, "trainer", None)
-        if augmentation is not None and stage == "fit" and trainer is not None:
-            augmentation.check_model(trainer.lightning_module, type(self).__name__)
-            augmentation.check_channels(int(getattr(self, "channels", 3)), type(self).__name__)
+        if self.batch_augmentation is not None and stage == "fit" and trainer is not None:
+            augmentation = self._augmentation()
+            name = type(self).__name__
+            if augmentation is None:
+                raise ValueError(f"{name}: batch_augmentation must be a datamodules.BatchAugmentation (class_path: "
+                                 f"datamodules.BatchAugmentation), got {type(self.batch_augmentation).__name__}")
+            augmentation.check_model(trainer.lightning_module, name)
+            augmentation.check_channels(int(getattr(self, "channels", 3)), name)
         super().setup(stage)  # type: ignore[misc]
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        augmentation = self.batch_augmentation
+        augmentation = self._augmentation()
         trainer = getattr(self, "trainer", None)
         if augmentation is None or trainer is None or not trainer.training:
             return batch
@@ -256,14 +267,14 @@ class BatchAugmented:
 
     def batch_augmentation_state(self) -> dict[str, Any]:
         """The augmentation's checkpoint state under ``batch_augmentation`` (empty without one)."""
-        augmentation = self.batch_augmentation
+        augmentation = self._augmentation()
         return {} if augmentation is None else {"batch_augmentation": augmentation.state_dict()}
 
     def load_batch_augmentation_state(self, state: dict[str, Any]) -> None:
         """Restore the augmentation's position from a checkpoint's state (a checkpoint without one: kept)."""
-        saved = state.get("batch_augmentation")
-        if self.batch_augmentation is not None and saved is not None:
-            self.batch_augmentation.load_state_dict(saved)
+        augmentation, saved = self._augmentation(), state.get("batch_augmentation")
+        if augmentation is not None and saved is not None:
+            augmentation.load_state_dict(saved)
 
 
 __all__ = ["BatchAugmentation", "BatchAugmented", "VISION_EXTRA"]

@@ -196,3 +196,20 @@ def test_kornia_missing_is_one_error_line_naming_the_extra(workdir, capsys, monk
     monkeypatch.setitem(sys.modules, "kornia.augmentation", None)
     err = refused(capsys, workdir)
     assert 'pip install "loopwise[vision]"' in err
+
+
+def test_a_data_module_rebuilt_from_saved_arguments_predicts_without_kornia(tmp_path, monkeypatch):
+    """The MLflow model rebuilds the data module from its saved arguments, where batch_augmentation is the
+    configuration (a dict), then loads the checkpoint's state: no augmentation, no kornia needed."""
+    make_folder(tmp_path / "images", {"a": 4, "b": 4}, size=(8, 8))
+    monkeypatch.setitem(sys.modules, "kornia", None)
+    monkeypatch.setitem(sys.modules, "kornia.augmentation", None)
+    saved = {"class_path": "datamodules.BatchAugmentation", "init_args": {"mixup_alpha": 0.2}}
+    data = ImageFolderDataModule(str(tmp_path / "images"), image_size=8, batch_augmentation=saved)
+    data.load_state_dict({"class_names": ["a", "b"], "mean": [0.5] * 3, "std": [0.25] * 3,
+                          "batch_augmentation": {"seed": 0, "batches": 7}})
+    assert data.batch_augmentation_state() == {}
+    import pandas as pd
+
+    dataset, ids = data.frame_data(pd.DataFrame({"path": [str(tmp_path / "images" / "a" / "00.png")]}))
+    assert len(dataset) == 1 and ids == [str(tmp_path / "images" / "a" / "00.png")]
