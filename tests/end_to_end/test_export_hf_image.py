@@ -121,3 +121,12 @@ def test_bad_exports_are_one_line_each(exported, capsys, monkeypatch):
         assert exc.value.code == 2
         assert capsys.readouterr().err.strip().splitlines()[-1] == line
     assert not (exported["directory"] / "elsewhere").exists()
+    # a checkpoint file, as every --ckpt_path form predict takes: the same weights as `best`
+    (best,) = Path("checkpoints").rglob("best.ckpt")
+    with pytest.raises(SystemExit) as done:
+        main(["export", "-c", recipe, "--ckpt_path", str(best), "--export_dir", "by_file"])
+    assert done.value.code == 0
+    from safetensors.torch import load_file
+
+    by_file, by_alias = load_file("by_file/model.safetensors"), load_file("exported/model.safetensors")
+    assert by_file.keys() == by_alias.keys() and all(torch.equal(by_file[k], by_alias[k]) for k in by_file)
