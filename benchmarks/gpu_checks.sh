@@ -21,7 +21,7 @@
 # missing dependency, transitively (Requires-Dist checked against the device's package list). MLflow's embedded
 # SQLite store comes from mlflow-skinny + sqlalchemy + alembic (the `mlflow` wheel, 11.5 MiB, adds the UI, Flask,
 # gunicorn, docker, graphene, skops, huey: 34.4 MiB for MLflow alone against 19 MiB). optuna is not carried: only
-# `recipes sweep` imports it. 36 wheels, 27.1 MiB:
+# `recipes sweep` imports it. 35 wheels, 27.0 MiB:
 #   mlflow_skinny-3.17.2 3.92 | sqlalchemy-2.1.9 4.53 | alembic-1.20.1 0.26 | mako-1.4.3 0.08 | sqlparse-0.6.1 0.05
 #   databricks_sdk-0.162.0 1.12 | google_auth-2.63.0 0.26 | cryptography-50.0.2 4.53 | cffi-2.1.1 0.21
 #   pycparser-3.12 0.06 | pyasn1-0.6.5 0.08 | pyasn1_modules-0.4.2 0.17 | fastapi-0.165.0 0.15 | starlette-1.10.0 0.08
