@@ -194,8 +194,7 @@ class HFImageClassifier(nn.Module):
         and a warning for backbone weights the directory lacked."""
         mismatched = {key for key, *_ in info.get("mismatched_keys", ())}
         head = [name for name, _ in self.model.named_children() if name != self.model.base_model_prefix]
-        in_head = lambda key: key.split(".", 1)[0] in head  # noqa: E731
-        missing = sorted(key for key in info.get("missing_keys", ()) if not in_head(key))
+        missing = sorted(key for key in info.get("missing_keys", ()) if key.split(".", 1)[0] not in head)
         if keep:
             line = f"the pretrained head of {pretrained_count} classes is kept: its labels are the data's class names"
         elif mismatched:
