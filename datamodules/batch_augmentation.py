@@ -111,6 +111,7 @@ class BatchAugmentation:
         self._pipeline: torch.nn.Sequential | None = None  # built for the first batch's image size and device
         self._size: tuple[int, int] | None = None
         self._pipeline_device: torch.device | None = None
+        self._stats: tuple[Any, tuple[Tensor, Tensor]] | None = None  # mean/std on the batch's device
         self.seed: int | None = None  # the run's seed (seed_everything), fixed at the first batch or restored
         self.batches = 0  # train batches augmented so far in the run
 
@@ -193,9 +194,7 @@ class BatchAugmentation:
         self.batches += 1
         seed = int(rng.integers(2**62))
         if any(amount > 0 for amount in self.jitter):  # colour jitter works on [0, 1] values
-            shape = (1, -1, 1, 1)
-            mean = mean.to(images.device, images.dtype, non_blocking=True).view(shape)
-            std = std.to(images.device, images.dtype, non_blocking=True).view(shape)
+            mean, std = self._statistics(mean, std, images)
             unit = (images * std + mean).clamp_(0.0, 1.0)
             images = (self._kornia_call(unit, seed) - mean) / std
         else:  # a crop's bilinear resize and a flip commute with the per-channel normalization: no round trip
@@ -204,6 +203,15 @@ class BatchAugmentation:
             return images, labels
         targets = torch.nn.functional.one_hot(labels.long(), num_classes).to(images.dtype)
         return self._mix(images, targets, rng)
+
+    def _statistics(self, mean: Tensor, std: Tensor, images: Tensor) -> tuple[Tensor, Tensor]:
+        """``mean`` and ``std`` as ``(1, C, 1, 1)`` tensors on the batch's device, copied there once."""
+        key = (mean.tolist(), std.tolist(), images.device, images.dtype)
+        if self._stats is None or self._stats[0] != key:
+            shape = (1, -1, 1, 1)
+            device, dtype = images.device, images.dtype
+            self._stats = (key, (mean.to(device, dtype).view(shape), std.to(device, dtype).view(shape)))
+        return self._stats[1]
 
     def _mix(self, images: Tensor, targets: Tensor, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
         """Mixup or cutmix of the batch with its reverse; every number is drawn on the host (no device sync)."""
