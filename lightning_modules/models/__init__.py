@@ -1,7 +1,7 @@
 """Plain ``nn.Module`` networks. Any ``nn.Module`` works with the tasks; these are the ones the recipes use.
 
-``HFSequenceClassifier``, ``HFCausalLM`` and ``HFImageClassifier`` wrap pretrained Hugging Face models (the extra ``loopwise[hf]``);
-``transformers`` is imported when one is built, not here.
+``HFSequenceClassifier``, ``HFCausalLM`` and ``HFImageClassifier`` wrap pretrained Hugging Face models (the extra
+``loopwise[hf]``); ``transformers`` is imported when one is built, not here.
 """
 
 from lightning_modules.models.convnet import ConvNet

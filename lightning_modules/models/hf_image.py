@@ -93,9 +93,9 @@ class HFImageClassifier(nn.Module):
 
     Parameter names are the Hugging Face ones under ``model.``: ``freeze: [model.vit.embeddings]``,
     ``lr_multipliers: {model.classifier: 10}``; ``part_names`` lets a recipe say ``backbone`` (``model.vit``,
-    ``model.resnet``, ``model.convnext``, ...) and ``head`` (``model.classifier``) for any family; ``layerwise_lr_decay`` decays over the model's stack of blocks
-    (``layers`` of a ViT in transformers 5, ``encoder.stages`` of a ResNet or ConvNeXt). A checkpoint rebuilds the network from
-    ``name_or_path`` (which must still be readable: the directory, or the hub model in the local cache with
+    ``model.resnet``, ``model.convnext``, ...) and ``head`` (``model.classifier``) for any family;
+    ``layerwise_lr_decay`` decays over the model's stack of blocks (``layers`` of a ViT in transformers 5,
+    ``encoder.stages`` of a ResNet or ConvNeXt). A checkpoint rebuilds the network from ``name_or_path`` (which must still be readable: the directory, or the hub model in the local cache with
     ``HF_HUB_OFFLINE=1``) and then loads its own weights into it.
 
     Args:
@@ -138,7 +138,8 @@ class HFImageClassifier(nn.Module):
         pretrained_labels = head_labels(config)
         keep = names is not None and names == pretrained_labels and len(names) == num_classes
         if not keep:
-            new = names if names is not None and len(names) == num_classes else [f"LABEL_{i}" for i in range(num_classes)]
+            labelled = names is not None and len(names) == num_classes
+            new = names if labelled else [f"LABEL_{i}" for i in range(num_classes)]
             config.id2label = dict(enumerate(new))
             config.label2id = {name: i for i, name in enumerate(new)}
         with without_load_report():
