@@ -123,8 +123,11 @@ cuda_tests() {
     # CI sends to the CPU); the image recipe joins them by itself once configs/image_finetune_hf.yaml exists
     local files names
     files=$(grep -rl --include='*.py' 'skipif(not torch.cuda.is_available()' tests | sort)
-    names=$(grep -h -A4 --include='*.py' -r 'skipif(not torch.cuda.is_available()' tests \
-        | grep -o 'def test_[A-Za-z0-9_]*' | sed 's/^def //' | sort -u | paste -sd' ' | sed 's/ / or /g')
+    # the decorated tests by name, and whole modules marked by a module-level pytestmark (-k matches module names)
+    names=$( (grep -h -A4 --include='*.py' -r 'skipif(not torch.cuda.is_available()' tests \
+        | grep -o 'def test_[A-Za-z0-9_]*' | sed 's/^def //'
+        grep -l --include='*.py' -r '^pytestmark.*skipif(not torch.cuda.is_available()' tests | xargs -r -n1 basename \
+        | sed 's/\.py$//') | sort -u | paste -sd' ' | sed 's/ / or /g')
     echo "CUDA-only tests: ${names:-none} in ${files//$'\n'/ }"
     $PY -m pytest -p no:xdist -o addopts="" -p no:cacheprovider -q -rs --durations=10 \
         $files tests/run/test_cli.py -k "${names:+$names or }gpu-bf16 or gpu-fp16"
