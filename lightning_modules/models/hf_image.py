@@ -95,8 +95,9 @@ class HFImageClassifier(nn.Module):
     ``lr_multipliers: {model.classifier: 10}``; ``part_names`` lets a recipe say ``backbone`` (``model.vit``,
     ``model.resnet``, ``model.convnext``, ...) and ``head`` (``model.classifier``) for any family;
     ``layerwise_lr_decay`` decays over the model's stack of blocks (``layers`` of a ViT in transformers 5,
-    ``encoder.stages`` of a ResNet or ConvNeXt). A checkpoint rebuilds the network from ``name_or_path`` (which must still be readable: the directory, or the hub model in the local cache with
-    ``HF_HUB_OFFLINE=1``) and then loads its own weights into it.
+    ``encoder.stages`` of a ResNet or ConvNeXt). A checkpoint rebuilds the network from ``name_or_path`` (which
+    must still be readable: the directory, or the hub model in the local cache with ``HF_HUB_OFFLINE=1``) and then
+    loads its own weights into it.
 
     Args:
         name_or_path: A local directory written by ``save_pretrained`` (read without any network access) or a hub
