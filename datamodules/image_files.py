@@ -111,7 +111,8 @@ def decode_base64_image(value: Any, row: int) -> bytes:
         with Image.open(io.BytesIO(data)) as image:
             image.verify()
     except Exception as err:  # as check_image: Pillow raises many kinds on bad bytes
-        raise ValueError(f"row {row} of the 'image' column is not an image file ({type(err).__name__}: {err})") from None
+        reason = f"{type(err).__name__}: {err}"
+        raise ValueError(f"row {row} of the 'image' column is not an image file ({reason})") from None
     return data
 
 
@@ -121,7 +122,9 @@ def frame_images(frame: Any) -> tuple[list[str | bytes], list[str | None]]:
     has only an image). One ``ValueError`` line names the first bad row."""
     columns = [c for c in ("path", "image") if c in frame.columns]
     if not columns:
-        raise ValueError("the table needs a 'path' column of image files or an 'image' column of base64-encoded image bytes")
+        raise ValueError(
+            "the table needs a 'path' column of image files or an 'image' column of base64-encoded image bytes"
+        )
     paths = frame["path"].tolist() if "path" in columns else [None] * len(frame)
     images = frame["image"].tolist() if "image" in columns else [None] * len(frame)
     sources: list[str | bytes] = []

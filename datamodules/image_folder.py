@@ -96,7 +96,7 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         if channels not in MODES:
             raise ValueError(f"{name}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
         if image_processor is not None and channels != 3:
-            raise ValueError(f"{name}: channels {channels} with image_processor: its images are RGB; leave channels out")
+            raise ValueError(f"{name}: channels {channels} with image_processor: its images are RGB; leave it out")
         self.image_processor = image_processor
         written = None if image_size == 32 else size  # the default counts as not written (jsonargparse cannot tell)
         self.processor = ImageProcessor(image_processor, name, written) if image_processor is not None else None

@@ -89,11 +89,12 @@ class ImagePreprocessing:
     def from_state(cls, state: dict[str, Any]) -> "ImagePreprocessing":
         """The preprocessing a ``to_state`` dict describes."""
         crop = state.get("crop")
+        ints = lambda values: tuple(int(v) for v in values)  # noqa: E731
+        floats = lambda values: tuple(float(v) for v in values)  # noqa: E731
         return cls(
-            resize=str(state["resize"]), resize_size=tuple(int(v) for v in state["resize_size"]),  # type: ignore[arg-type]
-            crop=tuple(int(v) for v in crop) if crop is not None else None,  # type: ignore[arg-type]
-            resample=int(state["resample"]), rescale=float(state["rescale"]),
-            mean=tuple(float(v) for v in state["mean"]), std=tuple(float(v) for v in state["std"]),  # type: ignore[arg-type]
+            resize=str(state["resize"]), resize_size=ints(state["resize_size"]),
+            crop=ints(crop) if crop is not None else None, resample=int(state["resample"]),
+            rescale=float(state["rescale"]), mean=floats(state["mean"]), std=floats(state["std"]),
         )
 
     def describe(self) -> str:
@@ -123,7 +124,7 @@ def center_crop(array: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def processor_family(processor: Any) -> str:
-    """The processor's class name without the backend suffix (``ConvNextImageProcessorPil`` -> ``ConvNextImageProcessor``)."""
+    """The processor's class name without its backend's suffix (``ConvNextImageProcessor`` for ``...Pil``)."""
     name = type(processor).__name__
     for suffix in ("Pil", "Fast"):
         if name.endswith(suffix):
@@ -182,7 +183,7 @@ def derive_preprocessing(processor: Any) -> ImagePreprocessing:
             resize, resize_size = "warp", (edge, edge)
         elif family == "ConvNextImageProcessor":
             if not crop_pct:
-                raise ValueError(f"crop_pct {crop_pct!r} is not supported; ConvNeXt's resize needs a crop_pct in (0, 1]")
+                raise ValueError(f"crop_pct {crop_pct!r} is not supported; ConvNeXt's resize needs one in (0, 1]")
             resize, resize_size = "shortest_edge", (int(edge / crop_pct), int(edge / crop_pct))
             if crop is not None:
                 raise ValueError("do_center_crop with ConvNeXt's crop_pct crops twice; set do_center_crop false")

@@ -138,7 +138,8 @@ def test_the_mlflow_model_takes_paths_or_base64_images_with_the_same_table(fitte
             mlflow.set_tracking_uri(None)
     assert list(by_path.columns) == ["path", "prediction", *[f"prob_{c}" for c in CLASSES]]
     # the same images by path and by their bytes: identical probabilities and predictions
-    assert by_path[[c for c in by_path.columns if c != "path"]].equals(by_image[[c for c in by_image.columns if c != "path"]])
+    outputs = [c for c in by_path.columns if c != "path"]
+    assert by_path[outputs].equals(by_image[outputs])
     assert by_path.equals(both)
     assert by_image["path"].isna().all()
     assert mixed["path"].tolist()[0] == str(files[0]) and mixed["path"].isna().tolist() == [False, True]
@@ -163,7 +164,8 @@ def test_the_data_guard_compares_the_processor_and_the_checkpoint_its_preprocess
         quiet_processor("ConvNextImageProcessor", size={"shortest_edge": 16}, crop_pct=0.5).save_pretrained("other")
         capsys.readouterr()
         with pytest.raises(SystemExit) as stop:
-            main(["validate", "-c", "images.yaml", "--ckpt_path", str(last), "--data.init_args.image_processor", "./copy"])
+            main(["validate", "-c", "images.yaml", "--ckpt_path", str(last),
+                  "--data.init_args.image_processor", "./copy"])
         err = capsys.readouterr().err.strip()
         assert stop.value.code == 2 and len(err.splitlines()) == 1, err
         assert "image_processor './processor' in the checkpoint, './copy' now" in err
