@@ -2,7 +2,7 @@
 digits, exported with ``save_pretrained``, loads back into ``transformers`` in a fresh process
 (``AutoModelForImageClassification`` + ``AutoImageProcessor``) with the probabilities ``recipes predict`` wrote and
 the class names as ``id2label``: with the data module's own preprocessing (a ViT: bilinear resize, train mean/std)
-and with the model's image processor (a ConvNeXt: shortest edge, crop_pct center crop). Tiny local models, nothing
+and with the model's image processor (a ConvNeXt and a ResNet: shortest edge, crop_pct center crop). Tiny local models, nothing
 downloaded."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import yaml
 
 from recipes.cli import main
 from tests.conftest import REPO, recipes_env
-from tests.hf_image_models import DIGIT_NAMES, build_tiny_convnext, build_tiny_vit, digits_folder
+from tests.hf_image_models import DIGIT_NAMES, build_tiny_convnext, build_tiny_resnet, build_tiny_vit, digits_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CLASSES = sorted(DIGIT_NAMES[:4])  # the class folders, sorted: the data's class names
@@ -56,7 +56,8 @@ def write_recipe(directory: Path, model: Path, root: Path, **data) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["own_preprocessing", pytest.param("image_processor", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=["own_preprocessing", pytest.param("image_processor", marks=pytest.mark.slow),
+                                        pytest.param("resnet_image_processor", marks=pytest.mark.slow)])
 def exported(request, clean_workdir, tmp_path_factory) -> dict:
     """One fit per preprocessing, then ``recipes predict`` of a folder of new images (another size than the
     training images: the resize plays its part) and ``recipes export``."""
@@ -67,7 +68,8 @@ def exported(request, clean_workdir, tmp_path_factory) -> dict:
             model = build_tiny_vit(directory / "vit")
             recipe = write_recipe(directory, model, root, image_size=32)
         else:
-            model = build_tiny_convnext(directory / "convnext")
+            build = build_tiny_convnext if request.param == "image_processor" else build_tiny_resnet
+            model = build(directory / "pretrained")
             recipe = write_recipe(directory, model, root, image_processor=str(model))
         main(["fit", "-c", str(recipe)])
         main(["predict", "-c", str(recipe), "--ckpt_path", "best", "--data.init_args.predict_path", str(new),
