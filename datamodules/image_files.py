@@ -116,6 +116,19 @@ def decode_base64_image(value: Any, row: int) -> bytes:
     return data
 
 
+def base64_thumbnail(path: str, side: int = 64) -> str:
+    """An image file shrunk to fit ``side`` x ``side`` (aspect ratio kept), as base64 of PNG bytes: a small example of
+    the ``image`` column whatever the size of the file."""
+    with Image.open(path) as image:
+        image = to_eight_bits(image)
+        if image.mode not in ("1", "L", "LA", "P", "RGB", "RGBA"):  # CMYK, YCbCr, ...: not PNG modes
+            image = image.convert("RGB")
+        image.thumbnail((side, side))
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
 def frame_images(frame: Any) -> tuple[list[str | bytes], list[str | None]]:
     """The images of a DataFrame's rows and their ids: a row's ``image`` (base64-encoded image file bytes, decoded
     in memory) or else its ``path`` (an image file, checked to open); the id is the row's ``path`` (``None`` when it

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Literal, Sequence
@@ -23,6 +22,7 @@ from datamodules.image_files import (
     check_image,
     find_class_names,
     find_images,
+    base64_thumbnail,
     find_images_to_predict,
     frame_images,
     read_image,  # noqa: F401  (re-exported: datamodules.image_folder.read_image)
@@ -312,14 +312,14 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
 
     def raw_examples(self, count: int = 5) -> Any:
         """The first ``count`` images of the train data as a DataFrame (the MLflow model's input example): the last
-        one as base64 bytes in an ``image`` column, the others by ``path`` (both columns optional in the signature)."""
+        one, shrunk to at most 64x64, as base64 PNG bytes in an ``image`` column, the others by ``path`` (both
+        columns optional in the signature)."""
         import pandas as pd
 
         paths = list(self.load()[0])[:count]
         if len(paths) < 2:
             return pd.DataFrame({"path": paths})
-        with open(paths[-1], "rb") as handle:
-            image = base64.b64encode(handle.read()).decode("ascii")
+        image = base64_thumbnail(paths[-1])
         return pd.DataFrame({"path": paths[:-1] + [None], "image": [None] * (len(paths) - 1) + [image]})
 
     # --- checkpoint state -----------------------------------------------------------------------------------

@@ -197,3 +197,21 @@ def test_a_hub_processor_is_not_fetched_when_the_checkpoint_brings_its_preproces
     with pytest.raises(ValueError, match="'someone/tiny-vit-processor' is neither a local directory with a Hugging "
                                          "Face image processor nor a hub image processor that can be loaded"):
         unreachable.in_channels
+
+
+def test_the_input_example_shows_a_path_and_a_small_base64_image(image_root, tmp_path):
+    import base64
+    import io
+
+    big = tmp_path / "big"
+    for name in ("a", "b"):
+        (big / name).mkdir(parents=True)
+        Image.fromarray(np.full((300, 500, 3), 90 if name == "a" else 160, dtype=np.uint8)).save(big / name / "x.png")
+    for root, count in ((image_root, 5), (big, 2)):
+        frame = module(root, None).raw_examples()
+        assert list(frame.columns) == ["path", "image"] and len(frame) == count
+        assert frame["path"].isna().tolist() == [False] * (count - 1) + [True]
+        assert frame["image"].isna().tolist() == [True] * (count - 1) + [False]
+        with Image.open(io.BytesIO(base64.b64decode(frame["image"].iloc[-1]))) as image:
+            assert max(image.size) <= 64
+    assert image.size == (64, 38)  # 500x300 shrunk, aspect ratio kept
