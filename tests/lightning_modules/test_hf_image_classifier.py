@@ -109,6 +109,12 @@ def test_sizes_are_checked_against_the_model_in_one_line(dirs):
         (dict(name_or_path=resnet, num_classes=3, class_names=["a", "b"]),
          "HFImageClassifier: 2 class_names for num_classes=3: give one name per class"),
         (dict(name_or_path=resnet, num_classes=0), "HFImageClassifier: num_classes must be >= 1, got 0"),
+        (dict(name_or_path="nobody/no-such-model", num_classes=3),  # offline in the tests: not in the cache
+         "HFImageClassifier: cannot load 'nobody/no-such-model': it is neither a local directory saved with "
+         "save_pretrained nor a Hugging Face hub model that can be loaded (We couldn't connect to "
+         "'https://huggingface.co' to load the files, and couldn't find them in the cached files.)"),
+        (dict(name_or_path=str(vit) + "-missing", num_classes=3),
+         f"HFImageClassifier: model directory '{vit}-missing' does not exist (or is not a directory)"),
     ]
     for kwargs, expected in cases:
         with pytest.raises(ValueError) as err:
