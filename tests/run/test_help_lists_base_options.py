@@ -23,7 +23,11 @@ from lightning_modules.task import Task
 from recipes.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_MODULES = [getattr(datamodules, name) for name in datamodules.__all__ if name != "BaseDataModule"]
+# the data modules datamodules exports (not its other public classes, such as BatchAugmentation)
+DATA_MODULES = [
+    cls for cls in (getattr(datamodules, name) for name in datamodules.__all__)
+    if isinstance(cls, type) and issubclass(cls, BaseDataModule) and cls is not BaseDataModule
+]
 TASKS = [lightning_modules.ClassificationModule, lightning_modules.RegressionModule, lightning_modules.LanguageModelModule]
 
 
