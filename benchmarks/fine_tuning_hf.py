@@ -1,17 +1,21 @@
 """Does fine-tuning a Hugging Face image model pay? A tiny ResNet pretrained on digits 0-4, fine-tuned on digits 5-9.
 
-    python benchmarks/fine_tuning.py --network hf              # 5 seeds, prints the table, writes results/fine_tuning_hf.txt
-    python benchmarks/fine_tuning_hf.py                        # the same
-    python benchmarks/fine_tuning_hf.py --quick --no-write     # 1 seed, short pretraining (the test's settings)
+    python benchmarks/fine_tuning.py --network hf      # 5 seeds, prints the table, writes results/fine_tuning_hf.txt
+    python benchmarks/fine_tuning_hf.py                # the same
+    python benchmarks/fine_tuning_hf.py --quick --no-write   # 1 seed, short pretraining (the test's settings)
 
 The issue 33 path, end to end, as a user runs it (``recipes`` commands in this process, each in its own folder with
 its own ``mlflow.db``): scikit-learn's bundled 8x8 digits (no download), upscaled to 32x32 RGB PNG files in one
 folder per class. A tiny ``transformers`` ResNet with random weights (seed 0) is saved with ``save_pretrained``
 together with a ``ConvNextImageProcessor`` (the processor microsoft/resnet-50 ships): the "random-init directory".
+Every run takes its preprocessing from that processor (``ImageFolderDataModule(image_processor=...)``; the exported
+directory carries the same one); ``--no-processor`` normalizes with each run's train images instead.
 
 1. Pretraining: ``recipes fit`` with ``ClassificationModule`` + ``HFImageClassifier(name_or_path=<random-init
-   directory>)`` + ``ImageFolderDataModule`` on every image of digits 0-4 (a val split of 10% picks the best
-   checkpoint), then the best checkpoint's network is written as a ``transformers`` directory (``recipes export``).
+   directory>)`` + ``ImageFolderDataModule`` on every image of digits 0-4 (``--pretrain-epochs`` 15, as the ConvNet
+   benchmark; a val split of 10% picks the best checkpoint), then ``recipes export --ckpt_path best`` writes its
+   network as a ``transformers`` directory (``config.id2label`` = ``0``..``4``) with the processor it was trained
+   with.
 2. Digits 5-9 (classes ``5``..``9``) are split once into a pool and a test folder (half of each digit, the same split
    as the ConvNet benchmark); each seed draws ``--per-class`` training images per class from the pool.
 3. Every variant runs ``recipes fit`` on that seed's folder (``--per-class`` training and ``VAL_PER_CLASS`` val
@@ -23,9 +27,13 @@ together with a ``ConvNextImageProcessor`` (the processor microsoft/resnet-50 sh
    * ``scratch``: ``name_or_path`` = the random-init directory (a new 5-class head);
    * ``pretrained``: ``name_or_path`` = the exported directory (a new head: its labels ``0``..``4`` are not
      ``5``..``9``), everything trains;
-   * ``pretrained + unfreeze``: the same, the backbone frozen for the first epoch, then unfrozen.
+   * ``pretrained + frozen``: the same, the backbone (``freeze: [backbone]``) frozen for the whole run: only the new
+     head trains (a linear probe of the digits 0-4 features);
+   * ``pretrained + unfreeze``: the backbone frozen for the first ``--unfreeze-at`` epochs (1), then unfrozen.
 
-Printed: the test accuracy of each variant per seed, mean and spread, and each variant minus ``scratch``.
+Printed: the test accuracy of each variant per seed, mean and spread, each variant minus ``scratch`` and on how many
+seeds it beat ``scratch``. The runs are deterministic (``deterministic: true``, 1 torch thread): the same numbers come
+back on every run on this machine.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import argparse
 import contextlib
 import csv
 import io
+import os
 import statistics
 import sys
 import tempfile
@@ -50,9 +59,10 @@ IMAGE_SIZE = 32
 HIDDEN_SIZES = [16, 32, 64]  # the tiny ResNet's stages (basic blocks, one per stage)
 SOURCE_DIGITS = range(5)
 TARGET_DIGITS = range(5, 10)
-BACKBONE = "model.resnet"  # HFImageClassifier's transformers model is its ``model``; ResNet's backbone is ``resnet``
+BACKBONE = "backbone"  # HFImageClassifier's part name for the transformers backbone (``model.resnet`` here)
 VAL_PER_CLASS = 2  # val images per digit beside the training ones in a seed's fine-tuning folder
-VARIANTS = ("scratch", "pretrained", "pretrained + unfreeze")
+VARIANTS = ("scratch", "pretrained", "pretrained + frozen", "pretrained + unfreeze")
+PRETRAIN_LR = 3e-3
 
 
 # --- data ----------------------------------------------------------------------------------------------------------
@@ -106,8 +116,9 @@ def write_images(root: Path, indices: list[int]) -> Path:
 # --- the network -----------------------------------------------------------------------------------------------------
 def build_random_resnet(directory: Path, seed: int = 0) -> Path:
     """A tiny ``ResNetForImageClassification`` (basic blocks, ``HIDDEN_SIZES``, 3 channels, 5 outputs) with random
-    weights drawn with ``seed``, and a ``ConvNextImageProcessor`` (``shortest_edge`` 32, ``crop_pct`` 0.875, ImageNet
-    mean and std, as microsoft/resnet-50 ships), both saved with ``save_pretrained``."""
+    weights drawn with ``seed``, and a ``ConvNextImageProcessor`` (the class microsoft/resnet-50 ships:
+    ``shortest_edge`` 32, ``crop_pct`` 0.875, the class's default mean and std of 0.5), both saved with
+    ``save_pretrained``."""
     import torch
     import transformers
 
@@ -190,38 +201,25 @@ def accuracy_on(workdir: Path, config: Path, ckpt: str, folder: Path) -> float:
     return sum(Path(row["path"]).parent.name == row["prediction"] for row in rows) / len(rows)
 
 
-def export(workdir: Path, config: Path, directory: Path, random_dir: Path) -> Path:
-    """The best checkpoint's network of the fit in ``workdir`` as a ``transformers`` directory: the checkpoint's
-    weights loaded into ``HFImageClassifier`` and written with ``save_pretrained`` (``model.model``), the image
-    processor beside them."""
-    import torch
-    import transformers
-
-    from lightning_modules.models import HFImageClassifier
-
-    (best,) = sorted(workdir.glob("checkpoints/*/*/best.ckpt"))
-    state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
-    network = {key.removeprefix("model."): value for key, value in state.items() if key.startswith("model.")}
-    names = [str(d) for d in SOURCE_DIGITS]
-    with _common.quiet():
-        classifier = HFImageClassifier(str(random_dir), num_classes=len(names), class_names=names)
-        classifier.load_state_dict(network)
-        classifier.model.save_pretrained(directory)
-        transformers.AutoImageProcessor.from_pretrained(random_dir).save_pretrained(directory)
+def export(workdir: Path, config: Path, directory: Path) -> Path:
+    """The best checkpoint's network of the fit in ``workdir`` as a ``transformers`` directory with its image
+    processor (``recipes export``)."""
+    run_recipe(workdir, ["export", "-c", str(config), "--ckpt_path", "best", "--export_dir", str(directory)])
     return directory
 
 
-def variants(epochs: int) -> dict[str, tuple[str, dict[str, Any]]]:
+def variants(unfreeze_at: int) -> dict[str, tuple[str, dict[str, Any]]]:
     """Each variant: which directory it starts from and its ``ClassificationModule`` fine-tuning arguments."""
     return {
         "scratch": ("random", {}),
         "pretrained": ("pretrained", {}),
-        "pretrained + unfreeze": ("pretrained", {"freeze": [BACKBONE], "unfreeze_at_epoch": 1}),
+        "pretrained + frozen": ("pretrained", {"freeze": [BACKBONE]}),
+        "pretrained + unfreeze": ("pretrained", {"freeze": [BACKBONE], "unfreeze_at_epoch": unfreeze_at}),
     }
 
 
 def run(seeds: int, per_class: int, epochs: int, batch_size: int, pretrain_epochs: int, lr: float,
-        names: list[str] | None, use_processor: bool, workdir: Path) -> dict[str, Any]:
+        names: list[str] | None, use_processor: bool, workdir: Path, unfreeze_at: int = 1) -> dict[str, Any]:
     """Pretrain once, then every variant (or those in ``names``) on every seed (interleaved: seed by seed)."""
     split = split_indices()
     folders = {"source": write_images(workdir / "digits_0_4", split["source"]),
@@ -230,12 +228,13 @@ def run(seeds: int, per_class: int, epochs: int, batch_size: int, pretrain_epoch
     processor = random_dir if use_processor else None
     started = time.perf_counter()
     pretrain_dir = workdir / "pretrain"
-    config = fit(pretrain_dir, recipe(random_dir, folders["source"], 0, pretrain_epochs, 64, lr, 0.1, processor, {}))
-    pretrained_dir = export(pretrain_dir, config, workdir / "pretrained_0_4", random_dir)
+    config = fit(pretrain_dir, recipe(random_dir, folders["source"], 0, pretrain_epochs, 64, PRETRAIN_LR, 0.1,
+                                      processor, {}))
+    pretrained_dir = export(pretrain_dir, config, workdir / "pretrained_0_4")
     pretrain_seconds = time.perf_counter() - started
     source_accuracy = accuracy_on(pretrain_dir, config, "best", folders["source"])
     starts = {"random": random_dir, "pretrained": pretrained_dir}
-    chosen = {k: v for k, v in variants(epochs).items() if names is None or k in names}
+    chosen = {k: v for k, v in variants(unfreeze_at).items() if names is None or k in names}
     results: dict[str, list[float]] = {name: [] for name in chosen}
     seconds: dict[str, list[float]] = {name: [] for name in chosen}
     for seed in range(seeds):
@@ -257,24 +256,27 @@ def run(seeds: int, per_class: int, epochs: int, batch_size: int, pretrain_epoch
 
 def table(result: dict[str, Any], seeds: int) -> str:
     accuracies = result["accuracies"]
-    scratch = statistics.mean(accuracies["scratch"]) if "scratch" in accuracies else float("nan")
+    scratch_values = accuracies.get("scratch", [])
+    scratch = statistics.mean(scratch_values) if scratch_values else float("nan")
     lines = [
         f"digits 5-9 from {result['train_images']} training images ({result['train_images'] // 5} per class), "
         f"{result['steps']} optimizer steps ({result['epochs']} epochs), {seeds} seeds; test folder "
         f"{result['test_images']} images",
         f"pretrained network: transformers ResNet {HIDDEN_SIZES} (basic blocks) fitted with `recipes fit` on the "
         f"{result['source_images']} images of digits 0-4 for {result['pretrain_epochs']} epochs (accuracy "
-        f"{result['source_accuracy']:.4f} there), best checkpoint saved with `save_pretrained` "
+        f"{result['source_accuracy']:.4f} there), best checkpoint written with `recipes export` "
         f"({result['pretrain_seconds']:.0f} s)",
         "",
-        "| variant | test acc per seed | mean | spread (max - min) | mean - scratch |",
-        "|---|---|---|---|---|",
+        "| variant | test acc per seed | mean | spread (max - min) | mean - scratch | seeds above scratch |",
+        "|---|---|---|---|---|---|",
     ]
     for name, values in accuracies.items():
         mean = statistics.mean(values)
         per_seed = " ".join(f"{v:.3f}" for v in values)
+        above = sum(v > s for v, s in zip(values, scratch_values))
+        wins = f"{above} of {len(values)}" if scratch_values and name != "scratch" else "-"
         lines.append(f"| {name} | {per_seed} | **{mean:.4f}** | {max(values) - min(values):.3f} | "
-                     f"{mean - scratch:+.4f} |")
+                     f"{mean - scratch:+.4f} | {wins} |")
     return "\n".join(lines)
 
 
@@ -284,8 +286,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--per-class", type=int, default=10, help="training images per class (at most 89 here)")
     parser.add_argument("--epochs", type=int, default=12, help="fine-tuning epochs of every variant")
     parser.add_argument("--batch-size", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--pretrain-epochs", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=3e-3, help="fine-tuning learning rate (pretraining: 3e-3)")
+    parser.add_argument("--unfreeze-at", type=int, default=1, help="epoch the unfreeze variant unfreezes at")
+    parser.add_argument("--pretrain-epochs", type=int, default=15, help="as fine_tuning.py's ConvNet")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=None, help="a subset (default: all)")
     parser.add_argument("--no-processor", action="store_true",
                         help="normalize with the train images' statistics instead of the model's image processor")
@@ -293,12 +296,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workdir", type=Path, default=None, help="keep the folders, runs and models here")
     parser.add_argument("--no-write", action="store_true", help="do not write results/fine_tuning_hf.txt")
     args = parser.parse_args(argv)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)  # every run in its own folder's mlflow.db, never a team's server
     if args.quick:
         args.seeds, args.pretrain_epochs, args.epochs = 1, 2, 4
     with tempfile.TemporaryDirectory(prefix="loopwise-fine-tuning-hf-") as tmp:
         workdir = args.workdir or Path(tmp)
         result = run(args.seeds, args.per_class, args.epochs, args.batch_size, args.pretrain_epochs, args.lr,
-                     args.variants, not args.no_processor, workdir.resolve())
+                     args.variants, not args.no_processor, workdir.resolve(), args.unfreeze_at)
     text = table(result, args.seeds)
     print(text)
     if not args.no_write:
