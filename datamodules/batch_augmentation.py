@@ -1,13 +1,16 @@
-"""Batched image augmentation on the training device with kornia: random resized crop, horizontal flip, colour
-jitter, and optionally mixup and cutmix (soft targets), drawn from a stream of its own that checkpoints resume.
+"""Batched image augmentation on the training device: random resized crop, horizontal flip, colour jitter, and
+optionally mixup and cutmix (soft targets), drawn from a stream of its own that checkpoints resume.
 
-Why kornia: ``kornia.augmentation`` is maintained, works on whole ``(B, C, H, W)`` tensors on any device (the GPU
-when training runs there, one batched call per step instead of per-image work in the loader's workers) and needs no
-torchvision. The alternatives do not fit: ``torchvision.transforms.v2`` does not load with the CPU torch wheel
-(``operator torchvision::nms does not exist``), albumentations transforms one numpy image at a time on the CPU, and
-NVIDIA DALI is a GPU-only pipeline of its own. Kornia's mixup draws its weight from a uniform range (not
-Beta(alpha, alpha)) and its mix modules read a value back to the host each call, so mixup and cutmix are the few
-lines of tensor arithmetic below (a batch mixed with its reverse, as timm does; no index copy to the device).
+How: every random number of a batch is drawn on the CPU from a ``torch.Generator`` seeded for that batch
+(``datamodules/augmentation_params.py``: torchvision's RandomResizedCrop rule, flips, jitter factors), the batch's
+parameters travel to the device in one pinned asynchronous copy, crop + resize + flip is one bilinear warp
+(``F.affine_grid`` + ``F.grid_sample``) and the colour jitter is ``kornia.enhance``'s functional ops with per-image
+factors. Nothing is read back from the device: a step on a GPU never waits for it (``kornia.augmentation``'s modules
+did: they sample on the CPU and copy with a synchronizing copy, and the resized crop solves its transforms with
+``torch.linalg.solve``). Why kornia for the colour ops: maintained, batched on any device, no torchvision (which
+does not load with the CPU torch wheel); albumentations works one numpy image at a time and NVIDIA DALI is a
+GPU-only pipeline of its own. Mixup and cutmix are a few lines of tensor arithmetic (a batch mixed with its reverse,
+as timm does; kornia's mixup draws its weight from a uniform range, not Beta(alpha, alpha)).
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from torch.nn import functional
+
+from datamodules.augmentation_params import affine_matrices, crop_boxes, flips, jitter_factors, jitter_order
 
 VISION_EXTRA = 'pip install "loopwise[vision]"'
 
 
-def _kornia_augmentation() -> Any:
+def _kornia_enhance() -> Any:
     try:
-        import kornia.augmentation as augmentation
+        import kornia.enhance as enhance
     except ImportError:
         raise ValueError(f"BatchAugmentation needs kornia, which is not installed: {VISION_EXTRA}") from None
-    return augmentation
+    return enhance
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:
@@ -40,16 +46,17 @@ class BatchAugmentation:
 
     Applied by the data module's ``on_after_batch_transfer`` to training batches only (validation, test and
     predict batches are never augmented). Images arrive normalized with the data's mean and std: with colour jitter
-    they are mapped back to [0, 1], cropped, flipped and jittered there by ``kornia.augmentation`` and normalized
+    they are mapped back to [0, 1], cropped, flipped and jittered there (``kornia.enhance``) and normalized
     again (crop and flip alone commute with the normalization and skip the round trip), then mixed.
     With mixup or cutmix on, every train batch's labels become soft targets ``(batch, num_classes)`` (one-hot
     mixed with the partner's), which ``ClassificationModule(task='multiclass')`` learns from.
 
-    Randomness: every batch draws from a seed derived from the run's seed (``seed_everything``), the process rank
-    and a count of augmented batches, inside ``torch.random.fork_rng``: the global generators that dropout and the
-    samplers use are left exactly where they were, so switching augmentation on changes nothing else. The seed and
-    the count are in the data module's checkpoint state, so a resumed run (mid-epoch too) augments its remaining
-    batches exactly as the uninterrupted run did. Draws on a GPU differ from draws on the CPU.
+    Randomness: every batch draws, on the CPU, from a generator of its own seeded by the run's seed
+    (``seed_everything``), the process rank and a count of augmented batches: the global generators that dropout and
+    the samplers use are never touched, so switching augmentation on changes nothing else. The seed and the count are
+    in the data module's checkpoint state, so a resumed run (mid-epoch too) augments its remaining batches exactly as
+    the uninterrupted run did. The draws do not depend on the device: a GPU run crops, flips, jitters and mixes with
+    the same parameters as a CPU run (the images agree to float rounding).
 
     Needs the optional extra ``loopwise[vision]`` (kornia).
 
@@ -100,7 +107,7 @@ class BatchAugmentation:
         for name, value in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
             if value < 0:
                 raise ValueError(f"BatchAugmentation: {name} must be >= 0 (0 disables it), got {value}")
-        _kornia_augmentation()  # installed? (imported again where the pipeline is built: a module does not deep-copy)
+        _kornia_enhance()  # installed? (imported again where the jitter runs: a module does not deep-copy)
         self.crop_scale = None if crop_scale is None else (float(crop_scale[0]), float(crop_scale[1]))
         self.crop_ratio = (float(crop_ratio[0]), float(crop_ratio[1]))
         self.flip = flip
@@ -108,9 +115,6 @@ class BatchAugmentation:
         self.jitter_p = jitter_p
         self.mixup = (mixup_alpha, mixup_p)
         self.cutmix = (cutmix_alpha, cutmix_p)
-        self._pipeline: torch.nn.Sequential | None = None  # built for the first batch's image size and device
-        self._size: tuple[int, int] | None = None
-        self._pipeline_device: torch.device | None = None
         self._stats: tuple[Any, tuple[Tensor, Tensor]] | None = None  # mean/std on the batch's device
         self.seed: int | None = None  # the run's seed (seed_everything), fixed at the first batch or restored
         self.batches = 0  # train batches augmented so far in the run
@@ -152,36 +156,45 @@ class BatchAugmentation:
         self.batches = int(state.get("batches", 0))
 
     # --- augmentation ---------------------------------------------------------------------------------------
-    def _build(self, size: tuple[int, int], device: torch.device) -> torch.nn.Sequential:
-        K = _kornia_augmentation()
-        steps: list[torch.nn.Module] = []
-        if self.crop_scale is not None:
-            # on a GPU one batched warp ("resample"); on the CPU a slice and resize per image, 4-5x faster there
-            mode = "slice" if device.type == "cpu" else "resample"
-            steps.append(K.RandomResizedCrop(size, scale=self.crop_scale, ratio=self.crop_ratio, cropping_mode=mode))
-        if self.flip > 0:
-            steps.append(K.RandomHorizontalFlip(p=self.flip))
-        if any(amount > 0 for amount in self.jitter):
-            brightness, contrast, saturation, hue = self.jitter
-            steps.append(K.ColorJitter(brightness, contrast, saturation, hue, p=self.jitter_p))
-        # kornia samples its parameters on its modules' device: the batch's, so no draw is copied to a GPU
-        return torch.nn.Sequential(*steps).to(device)
+    def _draw(self, generator: torch.Generator, batch: int, height: int, width: int) -> tuple[Tensor, list[int]]:
+        """The batch's parameters on the CPU, packed ``(B, 10)``: the 2x3 crop+flip matrix, then the 4 jitter
+        factors; and the jitter steps' order."""
+        boxes = None if self.crop_scale is None else crop_boxes(generator, batch, height, width, self.crop_scale,
+                                                                 self.crop_ratio)
+        flipped = flips(generator, batch, self.flip) if self.flip > 0 else None
+        theta = affine_matrices(boxes, flipped, batch, height, width).view(batch, 6)
+        factors, order = torch.zeros(batch, 4), [0, 1, 2, 3]
+        if self.jittered:
+            factors = jitter_factors(generator, batch, self.jitter, self.jitter_p)
+            order = jitter_order(generator)
+        return torch.cat([theta, factors], dim=1), order
 
-    def _kornia_call(self, images: Tensor, seed: int) -> Tensor:
-        size = (int(images.shape[-2]), int(images.shape[-1]))
-        if self._pipeline is None or self._size != size or self._pipeline_device != images.device:
-            self._pipeline, self._size, self._pipeline_device = self._build(size, images.device), size, images.device
-        if len(self._pipeline) == 0:
+    @property
+    def jittered(self) -> bool:
+        """Whether colour jitter is on (any amount > 0)."""
+        return any(amount > 0 for amount in self.jitter)
+
+    def _transform(self, images: Tensor, params: Tensor, order: list[int]) -> Tensor:
+        """Crop+resize+flip as one bilinear warp per image (``align_corners=True``, as kornia's crop), or a flip
+        alone; then the colour jitter of [0, 1] images with per-image factors (identity where not jittered)."""
+        batch = images.shape[0]
+        if self.crop_scale is not None:
+            theta = params[:, :6].view(batch, 2, 3).to(images.dtype)
+            grid = functional.affine_grid(theta, list(images.shape), align_corners=True)
+            images = functional.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+        elif self.flip > 0:  # a flip alone: exact, no resampling (the matrix's x scale is -1 for a flipped image)
+            images = torch.where(params[:, 0].view(batch, 1, 1, 1) < 0, images.flip(-1), images)
+        if not self.jittered:
             return images
-        cuda = images.device.type == "cuda"
-        # the global generators (CPU, and the batch's GPU) come back exactly as they were: dropout and the samplers
-        # see the same stream with augmentation on or off; seeding a CUDA generator sets host-side numbers only
-        with torch.random.fork_rng(devices=[images.device] if cuda else [], device_type=images.device.type):
-            torch.default_generator.manual_seed(seed)
-            if cuda:
-                with torch.cuda.device(images.device):
-                    torch.cuda.manual_seed(seed)
-            return self._pipeline(images)
+        enhance = _kornia_enhance()
+        steps = (enhance.adjust_brightness_accumulative, enhance.adjust_contrast_with_mean_subtraction,
+                 enhance.adjust_saturation_with_gray_subtraction,
+                 lambda x, turns: enhance.adjust_hue(x, turns * (2 * math.pi)).clamp(0.0, 1.0))
+        factors = params[:, 6:].to(images.dtype)
+        for step in order:
+            if self.jitter[step] > 0:
+                images = steps[step](images, factors[:, step])
+        return images
 
     def __call__(self, images: Tensor, labels: Tensor, mean: Tensor, std: Tensor, num_classes: int,
                  rank: int = 0) -> tuple[Tensor, Tensor]:
@@ -192,16 +205,22 @@ class BatchAugmentation:
             self.seed = int(torch.initial_seed())  # seed_everything's seed (the CPU generator's initial seed)
         rng = np.random.default_rng([self.seed, rank, self.batches])
         self.batches += 1
-        seed = int(rng.integers(2**62))
-        if any(amount > 0 for amount in self.jitter):  # colour jitter works on [0, 1] values
-            mean, std = self._statistics(mean, std, images)
-            unit = (images * std + mean).clamp_(0.0, 1.0)
-            images = (self._kornia_call(unit, seed) - mean) / std
-        else:  # a crop's bilinear resize and a flip commute with the per-channel normalization: no round trip
-            images = self._kornia_call(images, seed)
+        generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        batch, height, width = int(images.shape[0]), int(images.shape[-2]), int(images.shape[-1])
+        if self.crop_scale is not None or self.flip > 0 or self.jittered:
+            params, order = self._draw(generator, batch, height, width)
+            if images.device.type == "cuda":  # one pinned, asynchronous copy of all the batch's parameters
+                params = params.pin_memory().to(images.device, non_blocking=True)
+            if self.jittered:  # colour jitter works on [0, 1] values
+                mean, std = self._statistics(mean, std, images)
+                unit = (images * std + mean).clamp_(0.0, 1.0)
+                images = (self._transform(unit, params, order) - mean) / std
+            else:  # a crop's bilinear resize and a flip commute with the per-channel normalization: no round trip
+                images = self._transform(images, params, order)
         if not self.soft_targets:
             return images, labels
-        targets = torch.nn.functional.one_hot(labels.long(), num_classes).to(images.dtype)
+        classes = torch.arange(num_classes, device=labels.device)
+        targets = (labels.long().view(-1, 1) == classes).to(images.dtype)  # one-hot without one_hot's checks
         return self._mix(images, targets, rng)
 
     def _statistics(self, mean: Tensor, std: Tensor, images: Tensor) -> tuple[Tensor, Tensor]:
@@ -230,8 +249,10 @@ class BatchAugmentation:
         cy, cx = int(rng.integers(height)), int(rng.integers(width))
         y0, y1 = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, height)
         x0, x1 = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, width)
-        mixed = images.clone()
-        mixed[..., y0:y1, x0:x1] = partner_images[..., y0:y1, x0:x1]
+        rows = torch.arange(height, device=images.device).view(-1, 1)  # the box as a mask: no copy, no slicing
+        columns = torch.arange(width, device=images.device).view(1, -1)
+        box = (rows >= y0) & (rows < y1) & (columns >= x0) & (columns < x1)
+        mixed = torch.where(box, partner_images, images)
         kept = 1.0 - (y1 - y0) * (x1 - x0) / (height * width)  # the pasted area decides the targets' weights
         return mixed, targets * kept + partner_targets * (1.0 - kept)
 
