@@ -33,6 +33,15 @@ def clips_by_norm_the_default_way(trainer: Any, clip_val: float | int | None, al
     )
 
 
+def clips_under_a_grad_scaler(trainer: Any) -> bool:
+    """Whether ``trainer`` clips gradients (``gradient_clip_val`` > 0) under a GradScaler (``16-mixed``): Lightning
+    then unscales the gradients itself before clipping, which an optimizer that unscales inside its own step
+    (``fused=True``) does not allow (Lightning raises "does not allow for gradient clipping" at the first step)."""
+    clip_val = getattr(trainer, "gradient_clip_val", None)
+    plugin = getattr(trainer, "precision_plugin", None)
+    return bool(clip_val) and float(clip_val) > 0 and getattr(plugin, "scaler", None) is not None
+
+
 def clip_by_norm_measured(trainer: Any, optimizer: torch.optim.Optimizer, clip_val: float) -> Tensor:
     """Clip ``optimizer``'s gradients to total norm ``clip_val`` exactly as Lightning's default precision plugin
     does, and return the total norm before clipping (a 0-d tensor on the gradients' device; nothing is read back to
@@ -41,4 +50,4 @@ def clip_by_norm_measured(trainer: Any, optimizer: torch.optim.Optimizer, clip_v
     return torch.nn.utils.clip_grad_norm_(parameters, float(clip_val))
 
 
-__all__ = ["clip_by_norm_measured", "clips_by_norm_the_default_way"]
+__all__ = ["clip_by_norm_measured", "clips_by_norm_the_default_way", "clips_under_a_grad_scaler"]

@@ -112,7 +112,9 @@ class LanguageModelModule(Task):
                 f"LanguageModelModule: targets of shape {tuple(targets.shape)} do not match the logits' "
                 f"(batch, time) {tuple(logits.shape[:2])}"
             )
-        loss = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=self.ignore_index)
+        # flat (batch * time, vocab): the same mean over the tokens, and CUDA's 2-d NLL kernel (atomic adds) would
+        # refuse deterministic: true
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=self.ignore_index)
         tokens = (targets != self.ignore_index).sum()  # what the loss is a mean over: the val/test loss weighs by it
         return StepOutput(loss, logits.detach(), targets, batch_length(inputs), tokens)
 

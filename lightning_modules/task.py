@@ -25,6 +25,7 @@ from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
 from lightning_modules.evaluation_loss import MeanLoss
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
+from lightning_modules.gradient_clipping import clips_under_a_grad_scaler
 from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
 from lightning_modules.optim import Constant, Schedule, apply_lr_factors, fused_if_cuda, total_optimizer_steps
@@ -67,8 +68,8 @@ class Task(LightningModule):
         layerwise_lr_decay: Factor per block, from the top, of the network's stack of blocks (0.75: the last block
             trains at 0.75x, the one below at 0.56x, the embeddings at 0.75**(n+1)x; the head at 1x).
 
-    On CUDA the optimizer is built with ``fused=True`` when its class supports it and the config leaves ``fused``
-    and ``foreach`` unset (``optimizer.init_args.fused: false`` keeps the default implementation).
+    On CUDA the optimizer is built with ``fused=True`` when its class supports it, the config leaves ``fused`` and
+    ``foreach`` unset (``fused: false`` keeps the default) and no 16-mixed GradScaler must unscale for clipping.
 
     A training step reads nothing back to the host: ``train/loss`` goes to the loggers, callback metrics and
     progress bar (``TrainStepLogging``, without ``self.log``'s per-call bookkeeping) only on the steps whose values
@@ -380,7 +381,9 @@ class Task(LightningModule):
         return clips_by_norm_the_default_way(trainer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
 
     def configure_optimizers(self) -> Any:
-        optimizer = fused_if_cuda(apply_lr_factors(self.optimizer(self.fine_tuning.param_groups(self))))
+        optimizer = apply_lr_factors(self.optimizer(self.fine_tuning.param_groups(self)))
+        if not clips_under_a_grad_scaler(self.trainer):  # fp16 + clipping: Lightning must unscale before it clips
+            optimizer = fused_if_cuda(optimizer)
         total_steps = None
         if self.schedule.needs_total_steps:
             total_steps = total_optimizer_steps(self.trainer.estimated_stepping_batches, self.schedule)
