@@ -2,8 +2,20 @@
 
     python benchmarks/gpu.py                          # on a CUDA GPU: fp32, bf16 + channels_last, + compile
     python benchmarks/gpu.py --device cpu --steps small   # smoke run on CPU: fp32 only, no targets checked
+    python benchmarks/gpu.py --loops lightning recipe --settings bf16     # only some loops / settings
+    python benchmarks/gpu.py --profile bf16 --profile-out gpu_profile.txt  # host time per step, by hook
 
-Settings, each as a raw loop and as ``recipes fit`` in this process, interleaved (raw, recipe, raw, recipe, ...):
+Loops, interleaved (raw, lightning, recipe, raw, ...; ``--loops`` picks some):
+
+  raw        a hand-written PyTorch loop
+  lightning  bare Lightning: a minimal LightningModule with the same network, loss, fused AdamW, schedule and
+             clipping; ``Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+             enable_model_summary=False)``; the raw loop's device-resident batches in the raw loop's order (an
+             iterable, no DataLoader). lightning / raw is Lightning's own per-step cost, recipe / lightning
+             loopwise's (its data loader, metrics, logging, callbacks)
+  recipe     ``recipes fit`` in this process
+
+Settings, each run by every loop:
 
   fp32      float32 (``float32_matmul_precision`` "highest": no TF32), AdamW
   bf16      ``-c configs/trainer/gpu-bf16.yaml``: bf16-mixed autocast, channels_last, TF32 matmuls
@@ -16,6 +28,13 @@ Targets: recipe / raw >= 0.95 for every setting; bf16 >= 1.8x fp32 (recipe). Wit
 exits 0 unless ``--device cpu`` asks for the smoke run. On CUDA the recipe runs with ``_common.NoHostSyncs``:
 ``torch.cuda.set_sync_debug_mode("error")`` on every training batch that is not a logging step, an epoch's last
 batch or the run's last step, so a host-device sync there stops the benchmark with the operation that made it.
+
+``--profile SETTING`` times nothing: it fits the lightning and the recipe loop once each under SETTING and, over 30
+training steps of the second epoch, records with ``torch.profiler`` (CPU activities, ``record_shapes`` off) every
+Lightning hook as a ``record_function`` range (``HookProfiler``, a Lightning profiler); it prints the host time per
+step of each hook (inclusive: a hook's time holds the hooks it calls) and the top 15 entries by self CPU time
+(a hook range's self time is its Python, outside the torch operations and the hooks below it), and writes both to
+``--profile-out``.
 """
 
 from __future__ import annotations
@@ -26,10 +45,16 @@ import os
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import lightning as L
 from _common import LoopTimer, in_directory, machine, median, quiet, set_threads, synchronize, throughput
+from lightning.pytorch.profilers import Profiler
+
+LOOPS = ["raw", "lightning", "recipe"]
+PROFILE_WINDOW = (1, 20, 30)  # epoch (0-based), first batch, steps
 
 RATIO_TARGET = 0.95
 BF16_TARGET = 1.8
@@ -123,7 +148,169 @@ def run_raw(setting: str, size: dict[str, Any], device_name: str) -> list[tuple[
     return out
 
 
-def run_recipe(setting: str, size: dict[str, Any], device_name: str, workdir: Path) -> list[tuple[int, float, int, int]]:
+class DeviceBatches:
+    """The raw loop's batches as an iterable for Lightning: one ``randperm`` per epoch from a generator seeded 0,
+    moved to the data's device, batches gathered there (no DataLoader, no sampler, no host-side indices)."""
+
+    def __init__(self, x: Any, y: Any, batch: int) -> None:
+        import torch
+
+        self.x, self.y, self.batch = x, y, batch
+        self.generator = torch.Generator().manual_seed(0)
+
+    def __len__(self) -> int:
+        return (len(self.x) + self.batch - 1) // self.batch
+
+    def __iter__(self) -> Any:
+        import torch
+
+        order = torch.randperm(len(self.x), generator=self.generator).to(self.x.device)
+        for i in range(0, len(self.x), self.batch):
+            idx = order[i:i + self.batch]
+            yield self.x[idx], self.y[idx]
+
+
+class BareModule(L.LightningModule):
+    """Bare Lightning: the raw loop's network, loss, fused AdamW, schedule (clipping is the Trainer's), nothing
+    logged, no metrics."""
+
+    def __init__(self, setting: str, size: dict[str, Any], channels_last: bool, total_steps: int) -> None:
+        super().__init__()
+        import torch
+
+        from lightning_modules.models import ConvNet
+
+        torch.manual_seed(0)
+        self.model = ConvNet(3, 10, size["widths"])
+        self.channels_last = channels_last
+        if channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.net = torch.compile(self.model) if setting == "compile" else self.model
+        self.total_steps = total_steps
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        x, y = batch
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return F.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> Any:
+        import torch
+
+        from lightning_modules.optim import WarmupCosine, fused_if_cuda, param_groups
+
+        optimizer = fused_if_cuda(torch.optim.AdamW(param_groups(self.model), lr=0.002, weight_decay=0.05))
+        schedule = WarmupCosine(warmup_fraction=0.05).build(optimizer, self.total_steps, "", "min")
+        return {"optimizer": optimizer, "lr_scheduler": schedule}
+
+
+def run_lightning(setting: str, size: dict[str, Any], device_name: str,
+                  profile: bool = False) -> list[tuple[int, float, int, int]]:
+    """Bare Lightning for ``setting`` on the raw loop's device-resident data, timed by ``_common.LoopTimer``."""
+    import torch
+
+    cuda = device_name == "cuda"
+    if cuda:
+        torch.set_float32_matmul_precision("highest" if setting == "fp32" else "high")
+    x, y = train_data(size, torch.device(device_name))
+    batches = DeviceBatches(x, y, size["batch"])
+    module = BareModule(setting, size, channels_last=cuda and setting != "fp32",
+                        total_steps=len(batches) * size["epochs"])
+    callbacks: list[Any] = [LoopTimer()] + ([ProfileWindow()] if profile else [])
+    LoopTimer.reset()
+    with quiet():
+        trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, max_epochs=size["epochs"],
+                            precision="bf16-mixed" if cuda and setting != "fp32" else "32-true",
+                            gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                            callbacks=callbacks, profiler=HookProfiler() if profile else None)
+        trainer.fit(module, train_dataloaders=batches)
+    return list(LoopTimer.epochs)
+
+
+class HookProfiler(Profiler):
+    """A Lightning profiler that, while ``ProfileWindow`` has ``torch.profiler`` on, opens a ``record_function``
+    range named after each Lightning action (``[Callback]LoopTimer.on_train_batch_end``, ``run_training_batch``,
+    ...) and adds up each action's host seconds; ``HookProfiler.report`` holds the last window's tables."""
+
+    report: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.torch_profile: Any = None
+        self.open: dict[str, tuple[float, Any]] = {}
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def start(self, action_name: str) -> None:
+        if self.torch_profile is not None:
+            import torch
+
+            record = torch.profiler.record_function(action_name)
+            record.__enter__()
+            self.open[action_name] = (time.perf_counter(), record)
+
+    def stop(self, action_name: str) -> None:
+        started = self.open.pop(action_name, None)
+        if started is not None:
+            self.seconds[action_name] += time.perf_counter() - started[0]
+            self.calls[action_name] += 1
+            started[1].__exit__(None, None, None)
+
+    def begin(self) -> None:
+        """Turn ``torch.profiler`` on (CPU activities, no shapes) and start counting."""
+        import torch
+
+        self.seconds.clear()
+        self.calls.clear()
+        self.torch_profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                    record_shapes=False)
+        self.torch_profile.__enter__()
+        self.begun = time.perf_counter()
+
+    def end(self, steps: int, device: Any) -> None:
+        """Turn it off after ``steps`` training steps and keep the per-step tables in ``HookProfiler.report``."""
+        host = time.perf_counter() - self.begun
+        synchronize(device)
+        synced = time.perf_counter() - self.begun
+        profile, self.torch_profile = self.torch_profile, None
+        for _, record in self.open.values():  # the hooks still running now (this one's callers)
+            record.__exit__(None, None, None)
+        self.open.clear()
+        profile.__exit__(None, None, None)
+        hooks = sorted(((name, self.seconds[name] / steps, self.calls[name] / steps) for name in self.seconds),
+                       key=lambda row: -row[1])
+        HookProfiler.report = {
+            "steps": steps, "host_ms_per_step": 1e3 * host / steps, "synced_ms_per_step": 1e3 * synced / steps,
+            "hooks_ms_per_step": [{"hook": n, "ms": 1e3 * t, "calls": c} for n, t, c in hooks],
+            "table": profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=15,
+                                                  max_name_column_width=72),
+        }
+
+
+class ProfileWindow(L.Callback):
+    """Turns the trainer's ``HookProfiler`` on after batch B-1 of epoch ``PROFILE_WINDOW[0]`` and off after the
+    following ``PROFILE_WINDOW[2]`` steps (fewer where the epoch is shorter; never its last, syncing batch)."""
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        profiler = trainer.profiler
+        epoch, first, steps = PROFILE_WINDOW
+        n = trainer.num_training_batches
+        first = min(first, max(1, n // 3))
+        steps = min(steps, n - first - 1)
+        if not isinstance(profiler, HookProfiler) or trainer.current_epoch != epoch or steps < 1:
+            return
+        if batch_idx == first - 1:
+            profiler.begin()
+        elif batch_idx == first - 1 + steps and profiler.torch_profile is not None:
+            profiler.end(steps, pl_module.device)
+
+
+def run_recipe(setting: str, size: dict[str, Any], device_name: str, workdir: Path,
+               profile: bool = False) -> list[tuple[int, float, int, int]]:
     from _common import REPO
     from recipes.cli import main
 
@@ -131,8 +318,9 @@ def run_recipe(setting: str, size: dict[str, Any], device_name: str, workdir: Pa
     config = workdir / "gpu_convnet.yaml"
     config.write_text(CONFIG.replace("WIDTHS", str(size["widths"])).replace("N_SAMPLES", str(size["n_samples"]))
                       .replace("BATCH", str(size["batch"])))
-    args = ["fit", "-c", str(config), "--trainer.max_epochs", str(size["epochs"]),
-            "--trainer.callbacks+=_common.LoopTimer", "--trainer.callbacks+=_common.NoHostSyncs"]
+    args = ["fit", "-c", str(config), "--trainer.max_epochs", str(size["epochs"]), "--trainer.callbacks+=_common.LoopTimer"]
+    if not profile:  # the profile window's end synchronises on purpose
+        args.append("--trainer.callbacks+=_common.NoHostSyncs")
     if device_name == "cpu":
         args += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true"]
     elif setting == "fp32":
@@ -142,6 +330,9 @@ def run_recipe(setting: str, size: dict[str, Any], device_name: str, workdir: Pa
         args += ["-c", str(REPO / "configs" / "trainer" / "gpu-bf16.yaml")]
     if setting == "compile":
         args += ["--model.init_args.compile", "true"]
+    if profile:  # this module under the name it was imported as (__main__ as a script)
+        args += ["--trainer.profiler", json.dumps({"class_path": f"{__name__}.HookProfiler"}),
+                 f"--trainer.callbacks+={__name__}.ProfileWindow"]
     LoopTimer.reset()
     with in_directory(workdir), quiet():
         main(args)
@@ -154,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", choices=["full", "small"], default="full", help="small: a tiny smoke run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--settings", nargs="+", choices=["fp32", "bf16", "compile"], default=None)
+    parser.add_argument("--loops", nargs="+", choices=LOOPS, default=LOOPS, help="the loops to time (default: all)")
+    parser.add_argument("--profile", choices=["fp32", "bf16", "compile"], default=None,
+                        help="time nothing: profile the host time per step, by hook, of the lightning and recipe "
+                             "loops (or those of --loops) under this setting")
+    parser.add_argument("--profile-out", type=Path, default=Path("gpu_profile.txt"),
+                        help="the text file --profile writes (default: gpu_profile.txt)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", type=Path, help="write the results to this JSON file")
     args = parser.parse_args(argv)
@@ -167,41 +364,71 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     small = args.steps == "small"
     size = sizes(small)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    if args.profile:
+        return profile(args, size)
     settings = args.settings or (["fp32"] if args.device == "cpu" else ["fp32", "bf16", "compile"])
     if args.device == "cpu":
         settings = [s for s in settings if s == "fp32"]  # bf16 autocast and compile are GPU measurements here
+    loops = [loop for loop in LOOPS if loop in args.loops]
     repeats = 1 if small else args.repeats
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
     print(f"gpu: {machine()}")
-    print(f"  device {args.device}, settings {', '.join(settings)}, {repeats} repetition(s) x {size['epochs']} "
-          f"epochs of {size['n_samples']:,} samples (batch {size['batch']}, ConvNet widths {size['widths']})")
-    rates: dict[str, dict[str, list[float]]] = {s: {"raw": [], "recipe": []} for s in settings}
+    print(f"  device {args.device}, settings {', '.join(settings)}, loops {', '.join(loops)}, {repeats} "
+          f"repetition(s) x {size['epochs']} epochs of {size['n_samples']:,} samples (batch {size['batch']}, "
+          f"ConvNet widths {size['widths']})")
+    rates: dict[str, dict[str, list[float]]] = {s: {loop: [] for loop in loops} for s in settings}
     with tempfile.TemporaryDirectory() as tmp:
         if not small:  # imports, MLflow schema, kernels
             run_recipe(settings[0], sizes(True), args.device, Path(tmp) / "warmup")
+            if "lightning" in loops:
+                run_lightning(settings[0], sizes(True), args.device)
         for rep in range(repeats):
             for setting in settings:
-                for loop in ("raw", "recipe"):
+                for loop in loops:
                     if loop == "raw":
                         epochs = run_raw(setting, size, args.device)
+                    elif loop == "lightning":
+                        epochs = run_lightning(setting, size, args.device)
                     else:
                         epochs = run_recipe(setting, size, args.device, Path(tmp) / f"{setting}-{rep}")
                     rate, steps, seconds = throughput(epochs, skip=1)
                     rates[setting][loop].append(rate)
-                    print(f"  rep {rep + 1}/{repeats} {setting:>7} {loop:>6}: {rate:9.0f} images/s "
+                    print(f"  rep {rep + 1}/{repeats} {setting:>7} {loop:>9}: {rate:9.0f} images/s "
                           f"({steps} steps in {seconds:.2f} s)", flush=True)
     print()
-    rows = []
+    rows, splits = [], []
     med = {s: {loop: median(v) for loop, v in by.items()} for s, by in rates.items()}
     for setting in settings:
-        ratio = med[setting]["recipe"] / med[setting]["raw"]
-        verdict = "meets" if ratio >= RATIO_TARGET else "MISSES"
-        if args.device == "cpu":
-            verdict = "CPU smoke run: no verdict on"
-        print(f"{setting:>7}: raw {med[setting]['raw']:9.0f} images/s, recipe {med[setting]['recipe']:9.0f} images/s, "
-              f"recipe / raw = {ratio:.3f} ({verdict} the >= {RATIO_TARGET} target)")
-        rows.append({"setting": setting, "ratio": ratio, "met": ratio >= RATIO_TARGET})
-    if "bf16" in med and "fp32" in med:
+        m = med[setting]
+        if "raw" in m and "recipe" in m:
+            ratio = m["recipe"] / m["raw"]
+            verdict = "meets" if ratio >= RATIO_TARGET else "MISSES"
+            if args.device == "cpu":
+                verdict = "CPU smoke run: no verdict on"
+            print(f"{setting:>7}: raw {m['raw']:9.0f} images/s, recipe {m['recipe']:9.0f} images/s, "
+                  f"recipe / raw = {ratio:.3f} ({verdict} the >= {RATIO_TARGET} target)")
+            rows.append({"setting": setting, "ratio": ratio, "met": ratio >= RATIO_TARGET})
+        split: dict[str, Any] = {"setting": setting,
+                                 "ms_per_step": {loop: 1e3 * size["batch"] / r for loop, r in m.items()}}
+        parts = []
+        if "lightning" in m and "recipe" in m:
+            split["recipe/lightning"] = m["recipe"] / m["lightning"]
+            split["recipe/lightning per repetition"] = [a / b for a, b in zip(rates[setting]["recipe"],
+                                                                               rates[setting]["lightning"])]
+            parts.append(f"recipe / lightning = {split['recipe/lightning']:.3f} (loopwise's own cost; per "
+                         f"repetition {', '.join(f'{v:.3f}' for v in split['recipe/lightning per repetition'])})")
+        if "lightning" in m and "raw" in m:
+            split["lightning/raw"] = m["lightning"] / m["raw"]
+            split["lightning/raw per repetition"] = [a / b for a, b in zip(rates[setting]["lightning"],
+                                                                           rates[setting]["raw"])]
+            parts.append(f"lightning / raw = {split['lightning/raw']:.3f} (Lightning's own cost; per repetition "
+                         f"{', '.join(f'{v:.3f}' for v in split['lightning/raw per repetition'])})")
+        if parts:
+            print(f"{setting:>7}: lightning {m['lightning']:9.0f} images/s, " + ", ".join(parts))
+        steps_ms = ", ".join(f"{loop} {ms:.2f}" for loop, ms in split["ms_per_step"].items())
+        print(f"{setting:>7}: ms per step (batch {size['batch']}, median): {steps_ms}")
+        splits.append(split)
+    if "bf16" in med and "fp32" in med and "recipe" in loops:
         speedup = med["bf16"]["recipe"] / med["fp32"]["recipe"]
         verdict = "meets" if speedup >= BF16_TARGET else "MISSES"
         print(f"bf16 + channels_last / fp32 (recipe) = {speedup:.2f}x ({verdict} the >= {BF16_TARGET}x target)")
@@ -210,7 +437,54 @@ def main(argv: list[str] | None = None) -> int:
         print("bf16 / fp32 target not checked on CPU (smoke run)")
     if args.json:
         args.json.write_text(json.dumps({"benchmark": "gpu", "device": args.device, "images_per_s": med,
-                                         "rows": rows}, indent=2))
+                                         "runs": rates, "rows": rows, "lightning_split": splits}, indent=2))
+    return 0
+
+
+def short(hook: str, width: int = 100) -> str:
+    """A hook's name cut to ``width`` characters (a CallbackGroup's names all its callbacks)."""
+    return hook if len(hook) <= width else hook[:width - 3] + "..."
+
+
+def profile(args: argparse.Namespace, size: dict[str, Any]) -> int:
+    """``--profile``: one fit of the lightning and the recipe loop each under one setting, 30 steps profiled."""
+    setting = args.profile
+    if args.device == "cpu" and setting != "fp32":
+        print(f"gpu: --profile {setting} needs CUDA; profiling fp32 on CPU instead")
+        setting = "fp32"
+    loops = [loop for loop in ("lightning", "recipe") if loop in args.loops] or ["lightning", "recipe"]
+    lines = [f"gpu --profile: {machine()}",
+             f"  device {args.device}, setting {setting}, {size['n_samples']:,} samples (batch {size['batch']}, "
+             f"ConvNet widths {size['widths']}); epoch {PROFILE_WINDOW[0] + 1}, up to {PROFILE_WINDOW[2]} steps "
+             f"from batch {PROFILE_WINDOW[1]}; torch.profiler CPU activities, record_shapes off"]
+    print("\n".join(lines), flush=True)
+    result: dict[str, Any] = {"benchmark": "gpu-profile", "device": args.device, "setting": setting}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.steps == "full":  # imports, MLflow schema, kernels
+            run_recipe(setting, sizes(True), args.device, Path(tmp) / "warmup")
+        for loop in loops:
+            HookProfiler.report = {}
+            if loop == "lightning":
+                run_lightning(setting, size, args.device, profile=True)
+            else:
+                run_recipe(setting, size, args.device, Path(tmp) / "profile", profile=True)
+            report = HookProfiler.report
+            if not report:
+                block = [f"\n{loop} {setting}: no profile window (too few batches)"]
+            else:
+                block = [f"\n{loop} {setting}: {report['steps']} steps, host {report['host_ms_per_step']:.3f} ms/step, "
+                         f"{report['synced_ms_per_step']:.3f} ms/step to the end of the GPU's work (profiler on)",
+                         "  host time per step by Lightning hook (inclusive; ms, calls per step):"]
+                block += [f"    {h['ms']:8.3f}  {h['calls']:4.1f}  {short(h['hook'])}"
+                          for h in report["hooks_ms_per_step"][:15]]
+                block += [f"  top 15 by self CPU time ({loop}, {setting}):", report["table"]]
+            print("\n".join(block), flush=True)
+            lines += block
+            result[loop] = {k: v for k, v in report.items() if k != "table"}
+    args.profile_out.write_text("\n".join(lines) + "\n")
+    print(f"gpu --profile: written to {args.profile_out}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
     return 0
 
 
