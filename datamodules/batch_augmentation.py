@@ -41,6 +41,18 @@ def _check_range(name: str, value: float, low: float, high: float) -> None:
         raise ValueError(f"BatchAugmentation: {name} must be in [{low}, {high}], got {value}")
 
 
+def _slice_crops(images: Tensor, crops: list[list[int]]) -> Tensor:
+    """Each image's box ``[x0, y0, w, h, flipped]`` sliced out, resized back bilinearly (``align_corners=True``:
+    the samples of ``affine_matrices``' warp) and flipped; the CPU path, where the boxes are host numbers already."""
+    out = torch.empty_like(images)
+    size = (int(images.shape[-2]), int(images.shape[-1]))
+    for i, (x0, y0, w, h, flipped) in enumerate(crops):
+        crop = functional.interpolate(images[i:i + 1, :, y0:y0 + h, x0:x0 + w], size=size, mode="bilinear",
+                                      align_corners=True)[0]
+        out[i] = crop.flip(-1) if flipped else crop
+    return out
+
+
 class BatchAugmentation:
     """Augment whole train batches after their transfer to the training device (the GPU when there is one).
 
@@ -156,9 +168,10 @@ class BatchAugmentation:
         self.batches = int(state.get("batches", 0))
 
     # --- augmentation ---------------------------------------------------------------------------------------
-    def _draw(self, generator: torch.Generator, batch: int, height: int, width: int) -> tuple[Tensor, list[int]]:
+    def _draw(self, generator: torch.Generator, batch: int, height: int,
+              width: int) -> tuple[Tensor, list[int], list[list[int]] | None]:
         """The batch's parameters on the CPU, packed ``(B, 10)``: the 2x3 crop+flip matrix, then the 4 jitter
-        factors; and the jitter steps' order."""
+        factors; the jitter steps' order; and the crops as ``[x0, y0, w, h, flipped]`` ints (when cropping)."""
         boxes = None if self.crop_scale is None else crop_boxes(generator, batch, height, width, self.crop_scale,
                                                                  self.crop_ratio)
         flipped = flips(generator, batch, self.flip) if self.flip > 0 else None
@@ -167,18 +180,25 @@ class BatchAugmentation:
         if self.jittered:
             factors = jitter_factors(generator, batch, self.jitter, self.jitter_p)
             order = jitter_order(generator)
-        return torch.cat([theta, factors], dim=1), order
+        crops = None
+        if boxes is not None:
+            flags = torch.zeros(batch, 1, dtype=torch.float64) if flipped is None else flipped.view(-1, 1).double()
+            crops = torch.cat([boxes, flags], dim=1).long().tolist()
+        return torch.cat([theta, factors], dim=1), order, crops
 
     @property
     def jittered(self) -> bool:
         """Whether colour jitter is on (any amount > 0)."""
         return any(amount > 0 for amount in self.jitter)
 
-    def _transform(self, images: Tensor, params: Tensor, order: list[int]) -> Tensor:
-        """Crop+resize+flip as one bilinear warp per image (``align_corners=True``, as kornia's crop), or a flip
-        alone; then the colour jitter of [0, 1] images with per-image factors (identity where not jittered)."""
+    def _transform(self, images: Tensor, params: Tensor, order: list[int], crops: list[list[int]] | None) -> Tensor:
+        """Crop+resize+flip as one bilinear warp of the batch (``align_corners=True``, as kornia's crop), on the CPU
+        a slice and resize per image (the same samples, ~3x faster there at 224 px), or a flip alone; then the
+        colour jitter of [0, 1] images with per-image factors (identity where not jittered)."""
         batch = images.shape[0]
-        if self.crop_scale is not None:
+        if crops is not None and images.device.type == "cpu":
+            images = _slice_crops(images, crops)
+        elif self.crop_scale is not None:
             theta = params[:, :6].view(batch, 2, 3).to(images.dtype)
             grid = functional.affine_grid(theta, list(images.shape), align_corners=True)
             images = functional.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
@@ -208,15 +228,15 @@ class BatchAugmentation:
         generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
         batch, height, width = int(images.shape[0]), int(images.shape[-2]), int(images.shape[-1])
         if self.crop_scale is not None or self.flip > 0 or self.jittered:
-            params, order = self._draw(generator, batch, height, width)
+            params, order, crops = self._draw(generator, batch, height, width)
             if images.device.type == "cuda":  # one pinned, asynchronous copy of all the batch's parameters
                 params = params.pin_memory().to(images.device, non_blocking=True)
             if self.jittered:  # colour jitter works on [0, 1] values
                 mean, std = self._statistics(mean, std, images)
                 unit = (images * std + mean).clamp_(0.0, 1.0)
-                images = (self._transform(unit, params, order) - mean) / std
+                images = (self._transform(unit, params, order, crops) - mean) / std
             else:  # a crop's bilinear resize and a flip commute with the per-channel normalization: no round trip
-                images = self._transform(images, params, order)
+                images = self._transform(images, params, order, crops)
         if not self.soft_targets:
             return images, labels
         classes = torch.arange(num_classes, device=labels.device)
