@@ -40,3 +40,21 @@ def test_fine_tuning_hf_quick_pretrains_through_the_recipe_and_scores_every_vari
     exported = json.loads((workdir / "bench" / "pretrained_0_4" / "config.json").read_text())
     assert exported["id2label"] == {str(i): str(i) for i in range(5)}
     assert (workdir / "bench" / "pretrained_0_4" / "preprocessor_config.json").is_file()
+
+
+def test_fine_tuning_network_hf_hands_its_arguments_to_the_hf_benchmark(monkeypatch, capsys):
+    """``python benchmarks/fine_tuning.py --network hf ...`` is ``fine_tuning_hf.py ...`` (its options, its help)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("fine_tuning", BENCHMARKS / "fine_tuning.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fine_tuning", module)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--network", "hf", "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "--pretrain-epochs" in out and "--no-processor" in out and "--unfreeze-at" in out
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    out = capsys.readouterr().out
+    assert "--network {convnet,hf}" in out and "--steps" in out and "--no-processor" not in out
