@@ -296,6 +296,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workdir", type=Path, default=None, help="keep the folders, runs and models here")
     parser.add_argument("--no-write", action="store_true", help="do not write results/fine_tuning_hf.txt")
     args = parser.parse_args(argv)
+    if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
+        parser.error(f"--workdir {args.workdir} is not empty: name a new or empty folder (its runs would mix with "
+                     "those already there)")
     os.environ.pop("MLFLOW_TRACKING_URI", None)  # every run in its own folder's mlflow.db, never a team's server
     if args.quick:
         args.seeds, args.pretrain_epochs, args.epochs = 1, 2, 4

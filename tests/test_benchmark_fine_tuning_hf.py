@@ -58,3 +58,19 @@ def test_fine_tuning_network_hf_hands_its_arguments_to_the_hf_benchmark(monkeypa
         module.main(["--help"])
     out = capsys.readouterr().out
     assert "--network {convnet,hf}" in out and "--steps" in out and "--no-processor" not in out
+
+
+def test_fine_tuning_hf_refuses_a_workdir_that_holds_files(monkeypatch, capsys, tmp_path):
+    """Runs of an earlier benchmark there would be ranked with the new ones (``--ckpt_path best``): one line, exit 2,
+    the folder left as it was."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("fine_tuning_hf", BENCHMARKS / "fine_tuning_hf.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fine_tuning_hf", module)
+    spec.loader.exec_module(module)
+    (tmp_path / "mine.txt").write_text("keep")
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--quick", "--no-write", "--workdir", str(tmp_path)])
+    assert stop.value.code == 2
+    assert f"--workdir {tmp_path} is not empty" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
