@@ -18,12 +18,16 @@ Settings, interleaved over repetitions (model x setting, then again):
   fp32        float32 (``float32_matmul_precision`` "highest": no TF32)
   bf16        ``-c configs/trainer/gpu-bf16.yaml``: bf16-mixed autocast, channels_last, TF32 matmuls
   bf16-nocl   the same with ``--model.init_args.channels_last false`` (ResNet only: what channels_last brings)
+  bf16-aug    bf16 with the recipe's batch augmentation on (ResNet only; ``batch_augmentation`` random resized
+              crop (scale 0.6-1) and colour jitter 0.2, flip 0, as in configs/image_finetune_hf.yaml; not run unless
+              ``--settings`` names it: what the augmentation on the GPU costs a step)
 
 Timed: the training batches of epochs 2..N (``_common.LoopTimer``); medians over the repetitions; ratios bf16 / fp32
-per network and, for the ResNet, channels_last on / off under bf16. ``loader`` is the data loader alone (the same
+per network and, for the ResNet, channels_last on / off and batch augmentation on / off under bf16. ``loader`` is the data loader alone (the same
 data module, batches moved to the device, no model) in images/s: the ceiling the loader puts on every setting.
 On CUDA a first, untimed 1-epoch bf16 fit of each network runs with ``_common.NoHostSyncs`` and reports the first
-host-device synchronisation inside an ordinary training batch, if any (it does not stop the benchmark).
+host-device synchronisation inside an ordinary training batch, if any (it does not stop the benchmark); with
+``bf16-aug`` chosen, a bf16-aug fit of the ResNet is checked the same way.
 Without CUDA the script says so and exits 0 unless ``--device cpu`` asks for the smoke run.
 """
 
@@ -43,7 +47,12 @@ from typing import Any
 from _common import REPO, LoopTimer, in_directory, machine, median, quiet, set_threads, synchronize, throughput
 
 CLASSES = 4
-SETTINGS = {"resnet": ["fp32", "bf16", "bf16-nocl"], "vit": ["fp32", "bf16"]}
+SETTINGS = {"resnet": ["fp32", "bf16", "bf16-nocl", "bf16-aug"], "vit": ["fp32", "bf16"]}
+DEFAULT_SETTINGS = ["fp32", "bf16", "bf16-nocl"]
+# configs/image_finetune_hf.yaml's batch augmentation (random resized crop, no flip, colour jitter)
+AUGMENTATION = {"class_path": "datamodules.BatchAugmentation",
+                "init_args": {"crop_scale": [0.6, 1.0], "flip": 0.0, "brightness": 0.2, "contrast": 0.2,
+                              "saturation": 0.2}}
 
 CONFIG = """\
 seed_everything: 0
@@ -161,13 +170,16 @@ def data_args(model_dir: Path, side: int, root: Path) -> str:
 
 
 def setting_args(setting: str, device: str) -> list[str]:
+    """The trainer (and augmentation) arguments of ``setting``; on CPU fp32 always (with the augmentation of
+    ``bf16-aug``: a smoke run of its path)."""
+    augment = ["--data.init_args.batch_augmentation", json.dumps(AUGMENTATION)] if setting.endswith("-aug") else []
     if device == "cpu":
-        return ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true"]
+        return ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true", *augment]
     if setting == "fp32":
         return ["--trainer.accelerator", "gpu", "--trainer.devices", "1", "--trainer.precision", "32-true",
                 "--float32_matmul_precision", "highest"]
     args = ["-c", str(REPO / "configs" / "trainer" / "gpu-bf16.yaml")]
-    return args + (["--model.init_args.channels_last", "false"] if setting == "bf16-nocl" else [])
+    return args + (["--model.init_args.channels_last", "false"] if setting == "bf16-nocl" else []) + augment
 
 
 def run_fit(model: str, setting: str, context: dict[str, Any], workdir: Path, epochs: int,
@@ -223,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=None, help="epochs per fit (the first is not timed)")
     parser.add_argument("--per-class", type=int, default=None, help="generated images per class (4 classes)")
     parser.add_argument("--models", nargs="+", choices=sorted(SETTINGS), default=["resnet", "vit"])
+    parser.add_argument("--settings", nargs="+", choices=sorted({s for v in SETTINGS.values() for s in v}),
+                        default=DEFAULT_SETTINGS, help=f"the settings to time (default: {' '.join(DEFAULT_SETTINGS)}; "
+                        "each model runs those it has; on CPU fp32 only, and bf16-aug as fp32 with the augmentation)")
     parser.add_argument("--no-sync-check", action="store_true", help="skip the untimed NoHostSyncs fit (CUDA)")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="start no new repetition after this many seconds (the medians use what was measured)")
@@ -241,14 +256,16 @@ def main(argv: list[str] | None = None) -> int:
     size["epochs"] = args.epochs or size["epochs"]
     size["per_class"] = args.per_class or size["per_class"]
     repeats = 1 if args.small else args.repeats
-    variants = [(m, s) for m in args.models for s in SETTINGS[m] if args.device == "cuda" or s == "fp32"]
+    variants = [(m, s) for m in args.models for s in SETTINGS[m]
+                if s in args.settings and (args.device == "cuda" or s in ("fp32", "bf16-aug"))]
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"gpu_images: {machine()}")
     print(f"  device {args.device}, {repeats} repetition(s) x {size['epochs']} epochs of {CLASSES}x{size['per_class']} "
           f"{size['side']}x{size['side']} images (batch {size['batch']}, {size['workers']} loader workers); "
           f"{', '.join(f'{m} {s}' for m, s in variants)}", flush=True)
-    rates: dict[str, dict[str, list[float]]] = {m: {s: [] for s in SETTINGS[m]} for m in args.models}
+    rates: dict[str, dict[str, list[float]]] = {m: {s: [] for s in SETTINGS[m] if s in args.settings}
+                                                for m in args.models}
     result: dict[str, Any] = {"benchmark": "gpu_images", "device": args.device, "machine": machine(),
                               "size": {k: size[k] for k in ("side", "per_class", "batch", "epochs", "workers")}}
     begun = time.perf_counter()
@@ -263,9 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         save(args.json, result)
         if args.device == "cuda" and not args.no_sync_check:
             result["host_syncs"] = {}
-            for model in args.models:
+            checks = [(m, "bf16") for m in args.models] + [(m, s) for m, s in variants if s == "bf16-aug"]
+            for model, setting in checks:
                 try:
-                    run_fit(model, "bf16", context, Path(tmp) / f"sync-{model}", epochs=1, sync_check=True)
+                    run_fit(model, setting, context, Path(tmp) / f"sync-{model}-{setting}", epochs=1,
+                            sync_check=True)
                     found = "none"
                 except BaseException as err:  # noqa: BLE001 (the sync error, or SystemExit of the recipe)
                     if isinstance(err, KeyboardInterrupt):
@@ -273,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                     found = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
                 finally:
                     torch.cuda.set_sync_debug_mode("default")  # an error inside a batch leaves "error" set
-                result["host_syncs"][model] = found
-                print(f"  host syncs in ordinary bf16 training batches, {model}: {found}", flush=True)
+                result["host_syncs"][model if setting == "bf16" else f"{model} {setting}"] = found
+                print(f"  host syncs in ordinary {setting} training batches, {model}: {found}", flush=True)
                 save(args.json, result)
         measuring = time.perf_counter()
         for rep in range(repeats):
@@ -304,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     ratios = []
     for model in args.models:
         line = ", ".join(f"{s} {r:.0f}" for s, r in med[model].items())
-        print(f"{model}: images/s (median of {len(rates[model][SETTINGS[model][0]])}): {line}")
-        pairs = [("bf16", "fp32", "bf16 / fp32"), ("bf16", "bf16-nocl", "channels_last on / off (bf16)")]
+        print(f"{model}: images/s (median of {max(len(v) for v in rates[model].values())}): {line}")
+        pairs = [("bf16", "fp32", "bf16 / fp32"), ("bf16", "bf16-nocl", "channels_last on / off (bf16)"),
+                 ("bf16-aug", "bf16", "batch augmentation on / off (bf16)")]
         for top, bottom, what in pairs:
             if top in med[model] and bottom in med[model]:
                 ratio = med[model][top] / med[model][bottom]
