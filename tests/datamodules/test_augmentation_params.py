@@ -94,3 +94,17 @@ def test_jitter_factors_stay_in_their_ranges_and_are_identity_where_an_image_is_
     assert bool((drawn >= low - 1e-6).all() and (drawn <= high + 1e-6).all())
     assert torch.allclose(drawn.mean(dim=0), (low + high) / 2, atol=0.03)
     assert math.isclose(float(drawn[:, 3].abs().max()), 0.1, abs_tol=0.005)
+
+
+def test_the_gpu_paths_batched_warp_equals_the_cpu_paths_slices():
+    """The warp branch runs on a GPU only; here on the CPU it gets the same draws and must give the slices' images
+    (to float rounding of the grid: the reference test's bound)."""
+    from datamodules import BatchAugmentation
+
+    unit = torch.rand(12, 3, 40, 40, generator=torch.Generator().manual_seed(4))
+    augmentation = BatchAugmentation(crop_scale=(0.1, 0.9), brightness=0.3, hue=0.1)
+    params, order, crops = augmentation._draw(torch.Generator().manual_seed(5), 12, 40, 40)
+    sliced = augmentation._transform(unit, params, order, crops)
+    warped = augmentation._transform(unit, params, order, None)  # no host boxes: the one batched warp
+    assert not torch.allclose(sliced, unit, atol=1e-2)
+    assert (warped - sliced).abs().max().item() < 1e-4
