@@ -459,9 +459,7 @@ def profile(args: argparse.Namespace, size: dict[str, Any]) -> int:
              f"from batch {PROFILE_WINDOW[1]}; torch.profiler CPU activities, record_shapes off"]
     print("\n".join(lines), flush=True)
     result: dict[str, Any] = {"benchmark": "gpu-profile", "device": args.device, "setting": setting}
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.steps == "full":  # imports, MLflow schema, kernels
-            run_recipe(setting, sizes(True), args.device, Path(tmp) / "warmup")
+    with tempfile.TemporaryDirectory() as tmp:  # no warm-up fit: the window is in the second epoch
         for loop in loops:
             HookProfiler.report = {}
             if loop == "lightning":
