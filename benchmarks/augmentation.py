@@ -10,13 +10,18 @@ interleaved (none, per-sample, batched crop+flip, batched crop+flip+jitter, none
 
   none                     no augmentation (the loader alone)
   per-sample               today's ``augment: true``: zero-padded random crop and flip per image in the loader
-  batched crop+flip        ``batch_augmentation``: kornia random resized crop + flip on the whole batch, after the
-                           transfer to ``--device`` (what ``on_after_batch_transfer`` runs)
+  batched crop+flip        ``batch_augmentation``: random resized crop + flip on the whole batch (parameters drawn
+                           on the CPU, one warp on a GPU), after the transfer to ``--device`` (what
+                           ``on_after_batch_transfer`` runs)
   batched crop+flip+jitter the same plus colour jitter (brightness, contrast, saturation, hue)
 
 at 3x64x64 (batch 64) and 3x224x224 (batch 32), num_workers 0 and 2. The first epoch of every variant warms up and is
 not counted. Prints the median images/s (and the range), and each variant's ratio to per-sample; issue 33 sets no
 number, so no verdict.
+
+``--baseline FILE`` (e.g. ``git show <commit>:datamodules/batch_augmentation.py > /tmp/old.py``) also times the
+augmentation call alone, on ready batches on ``--device``: that file's ``BatchAugmentation`` vs today's, interleaved,
+milliseconds per batch (median and range).
 """
 
 from __future__ import annotations
@@ -77,6 +82,46 @@ def epoch_rate(data, augmentation, device) -> float:
     return images_seen / (time.perf_counter() - start)
 
 
+def load_baseline(path: Path):
+    """The ``BatchAugmentation`` class of another version of ``datamodules/batch_augmentation.py``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_batch_augmentation", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.BatchAugmentation
+
+
+def compare_calls(baseline, device, sides: list[int], repeats: int) -> None:
+    """Milliseconds per augmentation call on ready batches: ``baseline`` vs today's class, interleaved."""
+    import torch
+
+    from datamodules import BatchAugmentation
+
+    mean, std = torch.tensor([0.5, 0.5, 0.5]), torch.tensor([0.25, 0.25, 0.25])
+    for side, batch_size, calls in [(64, 64, 10), (224, 32, 4)]:
+        if side not in sides:
+            continue
+        images = torch.randn(batch_size, 3, side, side, device=device)
+        labels = (torch.arange(batch_size) % 3).to(device)
+        for name, config in (("crop+flip", {}), ("crop+flip+jitter", JITTER)):
+            versions = {"baseline": baseline(**config), "current": BatchAugmentation(**config)}
+            times: dict[str, list[float]] = {v: [] for v in versions}
+            for rep in range(repeats + 1):
+                for version, augmentation in versions.items():
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        augmentation(images, labels, mean, std, 3)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    if rep:
+                        times[version].append((time.perf_counter() - start) / calls * 1000)
+            med = {v: statistics.median(t) for v, t in times.items()}
+            print(f"call alone, 3x{side}x{side}, batch {batch_size}, {name}: " + ", ".join(
+                f"{v} {med[v]:.2f} ms ({min(times[v]):.2f}-{max(times[v]):.2f})" for v in versions)
+                + f"; baseline / current = {med['baseline'] / med['current']:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
@@ -87,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="image sides to measure (default 64 224)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", type=Path, help="write the ratios to this JSON file")
+    parser.add_argument("--baseline", type=Path, help="also time the call alone: this file's BatchAugmentation vs "
+                                                      "today's (another version of batch_augmentation.py)")
     args = parser.parse_args(argv)
     import torch
 
@@ -102,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [(64, 64, 128 if args.quick else 1024), (224, 32, 64 if args.quick else 256)]
     shapes = [shape for shape in shapes if shape[0] in args.sides]
     print(f"augmentation: {repeats} repetition(s), device {device}, num_workers {workers}, torch {torch.__version__}")
+    if args.baseline:
+        compare_calls(load_baseline(args.baseline), device, args.sides, args.repeats)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for side, batch_size, count in shapes:
@@ -110,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             for n_workers in workers:
                 loaders = {v: make_loader(root, side, batch_size, n_workers, v) for v in VARIANTS}
                 rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
-                for rep in range(repeats + 1):  # the first round warms up (workers, kornia's first call)
+                for rep in range(repeats + 1):  # the first round warms up (workers, the first call)
                     for variant in VARIANTS:
                         rate = epoch_rate(*loaders[variant], device)
                         if rep:
