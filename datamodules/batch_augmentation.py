@@ -231,6 +231,8 @@ class BatchAugmentation:
             params, order, crops = self._draw(generator, batch, height, width)
             if images.device.type == "cuda":  # one pinned, asynchronous copy of all the batch's parameters
                 params = params.pin_memory().to(images.device, non_blocking=True)
+            elif images.device.type != "cpu":  # another accelerator: one plain copy
+                params = params.to(images.device)
             if self.jittered:  # colour jitter works on [0, 1] values
                 mean, std = self._statistics(mean, std, images)
                 unit = (images * std + mean).clamp_(0.0, 1.0)
