@@ -125,6 +125,11 @@ class FreezeSchedule(BaseFinetuning):
         self.apply(epoch)
         pl_module.train(pl_module.training)  # frozen norm layers back to eval, unfrozen ones to the task's mode
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning skips on_train_epoch_start when a run resumes in the middle of an epoch (the last.ckpt of a stop
+        # or a crash): without this the rest of that epoch would train with the parts due by then still frozen
+        self.finetune_function(pl_module, trainer.current_epoch, trainer.optimizers[0] if trainer.optimizers else None)
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # BaseFinetuning's version also records new parameter groups for a resume; no group is ever added here, and
         # on a resume ``apply`` unfreezes everything due by the resumed epoch
