@@ -382,7 +382,7 @@ class Task(LightningModule):
 
     def configure_optimizers(self) -> Any:
         optimizer = apply_lr_factors(self.optimizer(self.fine_tuning.param_groups(self)))
-        if not clips_under_a_grad_scaler(self.trainer):  # fp16 + clipping: Lightning must unscale before it clips
+        if not clips_under_a_grad_scaler(attached_trainer(self)):  # fp16 + clipping: Lightning must unscale before it clips
             optimizer = fused_if_cuda(optimizer)
         total_steps = None
         if self.schedule.needs_total_steps:
