@@ -318,7 +318,8 @@ def run_recipe(setting: str, size: dict[str, Any], device_name: str, workdir: Pa
     config = workdir / "gpu_convnet.yaml"
     config.write_text(CONFIG.replace("WIDTHS", str(size["widths"])).replace("N_SAMPLES", str(size["n_samples"]))
                       .replace("BATCH", str(size["batch"])))
-    args = ["fit", "-c", str(config), "--trainer.max_epochs", str(size["epochs"]), "--trainer.callbacks+=_common.LoopTimer"]
+    args = ["fit", "-c", str(config), "--trainer.max_epochs", str(size["epochs"]),
+            "--trainer.callbacks+=_common.LoopTimer"]
     if not profile:  # the profile window's end synchronises on purpose
         args.append("--trainer.callbacks+=_common.NoHostSyncs")
     if device_name == "cpu":

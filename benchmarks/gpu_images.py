@@ -23,8 +23,9 @@ Settings, interleaved over repetitions (model x setting, then again):
               ``--settings`` names it: what the augmentation on the GPU costs a step)
 
 Timed: the training batches of epochs 2..N (``_common.LoopTimer``); medians over the repetitions; ratios bf16 / fp32
-per network and, for the ResNet, channels_last on / off and batch augmentation on / off under bf16. ``loader`` is the data loader alone (the same
-data module, batches moved to the device, no model) in images/s: the ceiling the loader puts on every setting.
+per network and, for the ResNet, channels_last on / off and batch augmentation on / off under bf16. ``loader`` is
+the data loader alone (the same data module, batches moved to the device, no model) in images/s: the ceiling the
+loader puts on every setting.
 On CUDA a first, untimed 1-epoch bf16 fit of each network runs with ``_common.NoHostSyncs`` and reports the first
 host-device synchronisation inside an ordinary training batch, if any (it does not stop the benchmark); with
 ``bf16-aug`` chosen, a bf16-aug fit of the ResNet is checked the same way.
