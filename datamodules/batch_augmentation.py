@@ -53,6 +53,19 @@ def _slice_crops(images: Tensor, crops: list[list[int]]) -> Tensor:
     return out
 
 
+def _warp(images: Tensor, theta: Tensor) -> Tensor:
+    """``grid_sample`` (bilinear, ``align_corners=True``) at ``F.affine_grid(theta, ..., align_corners=True)``'s
+    points, the grid built elementwise: a crop and flip have no shear (x' = a x + b, y' = c y + d), and
+    ``affine_grid`` is a batched matmul, which TF32 (``float32_matmul_precision: high``) would round to ~1e-3."""
+    batch, _, height, width = images.shape
+    xs = torch.linspace(-1.0, 1.0, width, device=images.device, dtype=images.dtype)
+    ys = torch.linspace(-1.0, 1.0, height, device=images.device, dtype=images.dtype)
+    grid_x = (theta[:, 0, 0, None] * xs + theta[:, 0, 2, None])[:, None, :].expand(batch, height, width)
+    grid_y = (theta[:, 1, 1, None] * ys + theta[:, 1, 2, None])[:, :, None].expand(batch, height, width)
+    grid = torch.stack([grid_x, grid_y], dim=-1)
+    return functional.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+
+
 class BatchAugmentation:
     """Augment whole train batches after their transfer to the training device (the GPU when there is one).
 
@@ -192,16 +205,14 @@ class BatchAugmentation:
         return any(amount > 0 for amount in self.jitter)
 
     def _transform(self, images: Tensor, params: Tensor, order: list[int], crops: list[list[int]] | None) -> Tensor:
-        """Crop+resize+flip as one bilinear warp of the batch (``align_corners=True``, as kornia's crop), on the CPU
+        """Crop+resize+flip as one bilinear warp of the batch (``align_corners=True``, as kornia's crop); on the CPU
         a slice and resize per image (the same samples, ~3x faster there at 224 px), or a flip alone; then the
         colour jitter of [0, 1] images with per-image factors (identity where not jittered)."""
         batch = images.shape[0]
         if crops is not None and images.device.type == "cpu":
             images = _slice_crops(images, crops)
         elif self.crop_scale is not None:
-            theta = params[:, :6].view(batch, 2, 3).to(images.dtype)
-            grid = functional.affine_grid(theta, list(images.shape), align_corners=True)
-            images = functional.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+            images = _warp(images, params[:, :6].view(batch, 2, 3).to(images.dtype))
         elif self.flip > 0:  # a flip alone: exact, no resampling (the matrix's x scale is -1 for a flipped image)
             images = torch.where(params[:, 0].view(batch, 1, 1, 1) < 0, images.flip(-1), images)
         if not self.jittered:
