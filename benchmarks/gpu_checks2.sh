@@ -75,6 +75,12 @@ cuda_tests() {
     echo "CUDA-only tests: ${names:-none} in ${files//$'\n'/ }"
     $PY -m pytest -p no:xdist -o addopts="" -p no:cacheprovider -q -rs --durations=5 \
         $files tests/run/test_cli.py -k "${names:+$names or }test_batch_augmentation_cuda or gpu-bf16 or gpu-fp16"
+    # with torchvision there, transformers' default image processors are the torchvision ("fast") ones: does the data
+    # module accept them, and how far are its Pillow pixels from theirs (the assertion messages carry the largest
+    # difference per processor)
+    echo "== image processors as transformers loads them there (torchvision backend) vs the data module's pixels"
+    $PY -m pytest -p no:xdist -o addopts="" -p no:cacheprovider -q --tb=line \
+        tests/datamodules/test_image_processor.py -k "equal_the_processors_pixel_values" 2>&1 | tail -16
 }
 
 export -f cuda_tests
@@ -82,7 +88,7 @@ export PY
 step gpu 130 $PY benchmarks/gpu.py --settings bf16 fp32 --loops raw lightning recipe --repeats 3 \
     --json "$OUT/gpu.json"
 step profile 75 $PY benchmarks/gpu.py --profile bf16 --profile-out /tmp/gpu_profile.txt
-step tests 60 bash -c cuda_tests
+step tests 80 bash -c cuda_tests
 step augmentation 30 $PY benchmarks/augmentation.py --device cuda --quick --json "$OUT/augmentation.json"
 LEFT=$((DEADLINE - SECONDS - 10))  # no repetition starts that would pass the step's timeout
 step gpu_images 100 $PY benchmarks/gpu_images.py --models resnet --settings bf16 bf16-aug --repeats 3 \
