@@ -171,8 +171,8 @@ class DeviceBatches:
 
 
 class BareModule(L.LightningModule):
-    """Bare Lightning: the raw loop's network, loss, fused AdamW, schedule (clipping is the Trainer's), nothing
-    logged, no metrics."""
+    """Bare Lightning: the raw loop's network, loss, fused AdamW, schedule and clipping (the Trainer's
+    ``gradient_clip_val``, applied by ``clip_grad_norm_`` as the raw loop does), nothing logged, no metrics."""
 
     def __init__(self, setting: str, size: dict[str, Any], channels_last: bool, total_steps: int) -> None:
         super().__init__()
@@ -196,6 +196,14 @@ class BareModule(L.LightningModule):
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return F.cross_entropy(self.net(x), y)
+
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
+                                    gradient_clip_algorithm: Any = None) -> None:
+        # Lightning's mixed-precision plugin refuses to clip for a fused optimizer even under bf16 (no GradScaler):
+        # clip the gradients directly, as the raw loop and the recipe's task do
+        import torch
+
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(gradient_clip_val or 0.0))
 
     def configure_optimizers(self) -> Any:
         import torch
