@@ -22,12 +22,11 @@ COMMANDS = """recipes commands:
   fit        train a recipe:                   recipes fit -c configs/spiral_mlp.yaml
   validate   evaluate a checkpoint on val:     recipes validate -c ... --ckpt_path best|last|mlflow:<run>/best|<file>
   test       evaluate a checkpoint on test:    recipes test -c ... --ckpt_path best
-  predict    predict new data (a CSV):         recipes predict -c ... --ckpt_path best --data.init_args.predict_path F
+  predict    predict new rows or images:       recipes predict -c ... --ckpt_path best --data.init_args.predict_path F
   compare    runs side by side:                recipes compare [--experiment E] [--sweep STUDY] [--plot P]
   sweep      hyperparameter search (Optuna):   recipes sweep -c <recipe> -c configs/sweeps/<recipe>.yaml --n_trials N
   sync       write a run's journal to MLflow:  recipes sync [--checkpoints_dir checkpoints]
-  export     a Hugging Face network for transformers (save_pretrained):
-                                               recipes export -c ... --ckpt_path best --export_dir DIR
+  export     a HF network for transformers:    recipes export -c ... --ckpt_path best --export_dir DIR
 Each takes --help.
 """
 

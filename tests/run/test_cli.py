@@ -309,5 +309,5 @@ def test_recipes_help_lists_every_command(workdir):
     out = subprocess.run([sys.executable, "-m", "recipes", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     listed = [line.split()[0] for line in out.stdout.split("Each takes --help.")[0].splitlines()[1:] if line.strip()]
-    assert listed == ["fit", "validate", "test", "predict", "compare", "sweep", "sync"]
+    assert listed == ["fit", "validate", "test", "predict", "compare", "sweep", "sync", "export"]
     assert "{fit,validate,test,predict}" in out.stdout  # LightningCLI's own help follows
