@@ -30,38 +30,9 @@ OUT=${OUT:-/tmp/gpu_checks2}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 SITE=${SITE:-/tmp/site}  # where the carried wheels are installed
-SUMMARY=""
-T0=$SECONDS
-
-if ls .whl/*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
-        || echo "gpu_checks2: installing the wheels of .whl/ FAILED (the steps run with what is there)"
-else
-    echo "gpu_checks2: no .whl/ here (name it in carry): running with the packages already installed"
-fi
-echo "gpu_checks2: wheels installed in $((SECONDS - T0)) s"
-DEADLINE=$((SECONDS + 280))
-export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
-unset MLFLOW_TRACKING_URI  # the recipes' default: the embedded SQLite store in each run's folder
-
-step() {  # step NAME MAX_SECONDS COMMAND...: run under timeout, output tee'd to $OUT/NAME.txt
-    local name=$1 cap=$2 left t0 rc
-    shift 2
-    left=$((DEADLINE - SECONDS))
-    ((left < cap)) && cap=$left
-    if ((cap < 15)); then
-        echo "== $name: not run, the script's time is spent" | tee "$OUT/$name.txt"
-        SUMMARY+="$name: not run (no time left)"$'\n'
-        return
-    fi
-    echo "== $name (timeout ${cap} s): $*" | tee "$OUT/$name.txt"
-    t0=$SECONDS
-    timeout -k 10 "$cap" "$@" 2>&1 | tee -a "$OUT/$name.txt"
-    rc=${PIPESTATUS[0]}
-    [ "$rc" = 124 ] && rc="124 (timed out)"
-    echo "== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$OUT/$name.txt"
-    SUMMARY+="$name: exit $rc in $((SECONDS - t0)) s"$'\n'
-}
+NAME=gpu_checks2
+BUDGET=280  # seconds for the steps after the wheels' install
+source benchmarks/gpu_checks_common.sh  # the wheels, the environment, step()
 
 cuda_tests() {
     # the CUDA-only tests (found by their skipif, as gpu_checks.sh does; the augmentation's whole module by its name)
