@@ -21,7 +21,7 @@ import yaml
 
 from recipes.cli import main
 from recipes.predict.model_logging import MODEL_TAG
-from tests.conftest import CONFIGS, REPO, recipes_env, runs_of
+from tests.conftest import CONFIGS, REPO, recipes_env, runs_of, working_directory
 from tests.hf_image_models import DIGIT_NAMES, build_tiny_convnext, build_tiny_resnet, build_tiny_vit, digits_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -125,10 +125,14 @@ def test_the_export_reloads_in_transformers_with_the_predictions_of_recipes_pred
     assert fresh["mlflow_prediction"] == [row["prediction"] for row in rows]
 
 
-def test_bad_exports_are_one_line_each(exported, capsys, monkeypatch):
+def test_bad_exports_are_one_line_each(exported, capsys):
     if exported["kind"] != "own_preprocessing":
         pytest.skip("the cases need one fit")
-    monkeypatch.chdir(exported["directory"])
+    with working_directory(exported["directory"]):  # no MLFLOW_TRACKING_URI another test's MLflow left exported
+        bad_exports_are_one_line_each(exported, capsys)
+
+
+def bad_exports_are_one_line_each(exported, capsys) -> None:
     recipe = str(exported["recipe"])
     cases = [
         (["--ckpt_path", "best", "--export_dir", "exported"],
