@@ -7,6 +7,7 @@ benchmark does not import it (it would import Lightning).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -119,6 +120,19 @@ def set_threads(threads: int | None) -> None:
 
     if threads:
         torch.set_num_threads(threads)
+
+
+def cuda_missing(benchmark: str, device: str, json_path: Path | None, smoke: str) -> bool:
+    """Whether ``device`` is "cuda" and torch sees no CUDA device; then says so (with the CPU smoke-run command
+    ``smoke``) and writes ``{"benchmark": ..., "skipped": "no CUDA device"}`` to ``json_path`` when given."""
+    import torch
+
+    if device != "cuda" or torch.cuda.is_available():
+        return False
+    print(f"{benchmark}: skipped: torch sees no CUDA device (run with {smoke} for a smoke run)")
+    if json_path:
+        json_path.write_text(json.dumps({"benchmark": benchmark, "skipped": "no CUDA device"}))
+    return True
 
 
 def synchronize(device: Any = None) -> None:

@@ -50,7 +50,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
-from _common import LoopTimer, in_directory, machine, median, quiet, set_threads, synchronize, throughput
+from _common import (
+    LoopTimer,
+    cuda_missing,
+    in_directory,
+    machine,
+    median,
+    quiet,
+    set_threads,
+    synchronize,
+    throughput,
+)
 from lightning.pytorch.profilers import Profiler
 
 LOOPS = ["raw", "lightning", "recipe"]
@@ -364,12 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results to this JSON file")
     args = parser.parse_args(argv)
     set_threads(args.threads)
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu: skipped: torch sees no CUDA device (run with --device cpu --steps small for a smoke run)")
-        if args.json:
-            args.json.write_text(json.dumps({"benchmark": "gpu", "skipped": "no CUDA device"}))
+    if cuda_missing("gpu", args.device, args.json, "--device cpu --steps small"):
         return 0
     small = args.steps == "small"
     size = sizes(small)
@@ -420,18 +425,13 @@ def main(argv: list[str] | None = None) -> int:
         split: dict[str, Any] = {"setting": setting,
                                  "ms_per_step": {loop: 1e3 * size["batch"] / r for loop, r in m.items()}}
         parts = []
-        if "lightning" in m and "recipe" in m:
-            split["recipe/lightning"] = m["recipe"] / m["lightning"]
-            split["recipe/lightning per repetition"] = [a / b for a, b in zip(rates[setting]["recipe"],
-                                                                               rates[setting]["lightning"])]
-            parts.append(f"recipe / lightning = {split['recipe/lightning']:.3f} (loopwise's own cost; per "
-                         f"repetition {', '.join(f'{v:.3f}' for v in split['recipe/lightning per repetition'])})")
-        if "lightning" in m and "raw" in m:
-            split["lightning/raw"] = m["lightning"] / m["raw"]
-            split["lightning/raw per repetition"] = [a / b for a, b in zip(rates[setting]["lightning"],
-                                                                           rates[setting]["raw"])]
-            parts.append(f"lightning / raw = {split['lightning/raw']:.3f} (Lightning's own cost; per repetition "
-                         f"{', '.join(f'{v:.3f}' for v in split['lightning/raw per repetition'])})")
+        for top, bottom, whose in (("recipe", "lightning", "loopwise's"), ("lightning", "raw", "Lightning's")):
+            if top in m and bottom in m:
+                key = f"{top}/{bottom}"
+                split[key] = m[top] / m[bottom]
+                split[f"{key} per repetition"] = [a / b for a, b in zip(rates[setting][top], rates[setting][bottom])]
+                parts.append(f"{top} / {bottom} = {split[key]:.3f} ({whose} own cost; per repetition "
+                             f"{', '.join(f'{v:.3f}' for v in split[f'{key} per repetition'])})")
         if parts:
             print(f"{setting:>7}: lightning {m['lightning']:9.0f} images/s, " + ", ".join(parts))
         steps_ms = ", ".join(f"{loop} {ms:.2f}" for loop, ms in split["ms_per_step"].items())

@@ -45,7 +45,18 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, LoopTimer, in_directory, machine, median, quiet, set_threads, synchronize, throughput
+from _common import (
+    LoopTimer,
+    REPO,
+    cuda_missing,
+    in_directory,
+    machine,
+    median,
+    quiet,
+    set_threads,
+    synchronize,
+    throughput,
+)
 
 CLASSES = 4
 SETTINGS = {"resnet": ["fp32", "bf16", "bf16-nocl", "bf16-aug"], "vit": ["fp32", "bf16"]}
@@ -248,10 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     import torch
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu_images: skipped: torch sees no CUDA device (run with --device cpu --small for a smoke run)")
-        if args.json:
-            args.json.write_text(json.dumps({"benchmark": "gpu_images", "skipped": "no CUDA device"}))
+    if cuda_missing("gpu_images", args.device, args.json, "--device cpu --small"):
         return 0
     size = sizes(args.small)
     size["epochs"] = args.epochs or size["epochs"]
