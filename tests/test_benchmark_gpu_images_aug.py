@@ -4,25 +4,12 @@ asserted), and the default settings leave it out."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO / "benchmarks"
-
-
-def load(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the script imports _common from its own folder
-    spec = importlib.util.spec_from_file_location("gpu_images", BENCHMARKS / "gpu_images.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "gpu_images", module)
-    spec.loader.exec_module(module)
-    return module
+from tests.test_benchmark_gpu_images import REPO, load
 
 
 def test_the_augmentation_is_the_image_recipes(monkeypatch):
