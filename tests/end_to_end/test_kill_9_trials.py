@@ -2,7 +2,8 @@
 a chosen moment, from start-up through the checkpoint's fsync and rename, the journal, validation, the epoch's end and
 the model logging, and the user's recovery must end exactly as the uninterrupted run.
 
-The fit runs in its own process: ``python -c "import killpoint; from recipes.cli import main; main([...])"``, where
+The fit runs in its own process (forked from a Python that has imported the libraries already:
+``tests/preloaded_python.py``): ``python -c "import killpoint; from recipes.cli import main; main([...])"``, where
 ``killpoint.py`` is written by the test into its own folder and replaces one function (or adds one callback) so that
 the process sends itself SIGKILL at that moment: nothing runs after it (no ``finally``, no exception hook, no flush of
 what MLflow or the logger still hold), as with ``kill -9`` or the OOM killer. No file chooses what code runs: the
@@ -31,6 +32,7 @@ from recipes.predict.model_logging import MODEL_TAG
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal
 from tests.conftest import CONFIGS, REPO, mlflow_client, runs_of
 from tests.exact_resume_runs import ARGS, LIMITS, RECIPE, assert_ends_as_the_reference, fit, last_of
+from tests.preloaded_python import preloaded_run
 
 KILLPOINT_HEAD = '''
 """Written by tests/end_to_end/test_kill_9_trials.py: SIGKILL to this process at one chosen moment."""
@@ -219,9 +221,7 @@ def killed_fit(directory: Path, moment: str, *extra: str) -> subprocess.Complete
     (folder / "killpoint.py").write_text(KILLPOINT_HEAD + MOMENTS[moment], encoding="utf-8")
     args = ["fit", "-c", str(CONFIGS / f"{RECIPE}.yaml"), *LIMITS, *ARGS, *extra]
     code = f"import sys; sys.path.insert(0, {str(folder)!r}); import killpoint; from recipes.cli import main; main({args!r})"
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=directory, env=recipes_env(), capture_output=True, text=True, timeout=300
-    )
+    return preloaded_run([sys.executable, "-c", code], cwd=directory, env=recipes_env(), timeout=300)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import pytest
 
 from recipes.tracking.sqlite_store import prepare_sqlite_store
 from tests.conftest import REPO
+from tests.preloaded_python import preloaded_popen
 
 CHILD = """
 import sys
@@ -29,15 +30,15 @@ def interrupted_first_start(directory, signum: int, delay: float) -> str:
     """Start the store's creation in a process and send it ``signum`` ``delay`` s after it began; its last line."""
     uri = f"sqlite:///{directory / 'mlflow.db'}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, uri], cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    # a process of its own, forked from a Python that has imported MLflow already (tests/preloaded_python.py)
+    child = preloaded_popen([sys.executable, "-c", CHILD, uri], cwd=directory, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
     assert child.stdout is not None and child.stdout.readline().strip() == "creating"
     time.sleep(delay)
     child.send_signal(signum)
     rest = child.stdout.read().strip()
     child.wait(timeout=60)
+    child.close()
     return rest or "interrupted"
 
 

@@ -1,0 +1,353 @@
+"""Python processes forked from one that has already imported Lightning, MLflow and the recipes.
+
+A test that runs ``python -m recipes ...`` in a process of its own pays Python's imports every time: about 8 CPU
+seconds for Lightning (torch, torch._dynamo, torchmetrics with the transformers and scipy it pulls in) and 2 more for
+MLflow, more than the tiny fit the test runs. Most tests start such a process for what happens inside it (a kill at
+a chosen moment, a signal, a store deleted under a running fit, two commands at once), not for the interpreter's
+start-up; ``preloaded_run`` and ``preloaded_popen`` give them the same process for a fraction of that: a server
+process (one per xdist worker, started on first use) imports the libraries once, and every run is a ``fork`` of it.
+
+The forked process is a real process of its own (its own pid, memory, file descriptors, signal dispositions and
+exit status): it receives real signals, ``kill -9`` kills it, and it exits with the status the interpreter would
+give. Before it runs the command it takes the request's working directory, environment, ``sys.path`` (its
+``PYTHONPATH``) and ``sys.argv``, fresh standard streams, and Python's default signal handlers; at the end it does
+what the interpreter does at exit (join non-daemon threads, run ``atexit`` functions, flush the streams), then
+exits with the code an uncaught ``SystemExit``/exception/``KeyboardInterrupt`` would give.
+
+What it does not reproduce, so the tests of these stay on a fresh interpreter (``subprocess``): the interpreter's
+start-up itself (the warnings a fresh ``import`` prints: ``test_quiet_first_fit.py``), environment variables read
+only at import (``OMP_NUM_THREADS`` and torch's thread pool: ``test_torch_threads.py``), and processes that launch
+their own copies from ``sys.argv`` (Lightning's DDP launcher: the two-process tests).
+
+The server imports torch but runs no torch operation before it forks, so no OpenMP thread pool exists yet in the
+process that forks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# what ``recipes fit``/``sync``/``compare`` and the tests' own callbacks import anyway: loaded once by the server
+PRELOAD = (
+    "torch",
+    "lightning.pytorch",
+    "torchmetrics",
+    "mlflow",
+    "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "jsonargparse",
+    "recipes.cli",
+    "recipes.run.recipes_cli",
+    "recipes.tracking.logger",
+    "lightning_modules",
+    "datamodules",
+)
+
+SERVER = r'''
+import atexit, io, json, os, select, signal, socket, sys, threading, traceback
+
+preload, path = json.loads(sys.argv[1]), sys.argv[2]
+base_path = list(sys.path)
+env_before = dict(os.environ)
+import importlib
+for name in preload:
+    importlib.import_module(name)
+# what the imports themselves set in the environment (a fresh process would set it too)
+set_by_imports = {k: v for k, v in os.environ.items() if env_before.get(k) != v}
+
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(path)
+listener.listen(16)
+print("ready", flush=True)
+
+
+def exit_code(error):
+    code = error.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def child(request, fds):
+    listener.close()
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(signum, signal.SIG_DFL)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for key, value in set_by_imports.items():
+        os.environ.setdefault(key, value)
+    unbuffered = request["unbuffered"] or bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=unbuffered)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  line_buffering=True)
+    python_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS (random reseeds by itself)
+        sys.modules["numpy"].random.seed()
+    code = 0
+    try:
+        if request["module"] is not None:
+            import runpy
+            sys.path[:] = [os.getcwd(), *python_path, *base_path[1:]]
+            sys.argv = [request["module"], *request["args"]]
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        else:
+            sys.path[:] = ["", *python_path, *base_path[1:]]
+            sys.argv = ["-c", *request["args"]]
+            exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit as error:
+        code = exit_code(error)
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        code = -signal.SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        threading._shutdown()  # as the interpreter does at exit: wait for non-daemon threads
+        atexit._run_exitfuncs()
+    except SystemExit as error:
+        code = exit_code(error)
+    except BaseException:
+        traceback.print_exc()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if code == -signal.SIGINT:  # an uncaught KeyboardInterrupt: Python ends by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
+waiting = {}  # pid -> the connection that waits for its exit status
+parent = os.getppid()
+while os.getppid() == parent:  # the test process that started this server is gone: so is the server
+    readable = select.select([listener], [], [], 0.02)[0]
+    if readable:
+        connection, _ = listener.accept()
+        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        request = json.loads(message)
+        if request.get("stop"):
+            break
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            connection.close()
+            for other in waiting.values():
+                other.close()
+            child(request, fds)
+        for fd in fds:
+            os.close(fd)
+        connection.sendall(f"{pid}\n".encode())
+        waiting[pid] = connection
+    while waiting:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        connection = waiting.pop(pid, None)
+        if connection is not None:
+            try:
+                connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            except OSError:
+                pass
+            connection.close()
+'''
+
+
+class _Server:
+    """The preloaded server of this (xdist worker) process, started on first use and stopped at exit."""
+
+    process: subprocess.Popen | None = None
+    directory: str | None = None
+
+    @classmethod
+    def address(cls) -> str:
+        if cls.process is None or cls.process.poll() is not None:
+            cls.directory = tempfile.mkdtemp(prefix="preloaded-")
+            path = os.path.join(cls.directory, "server.sock")
+            from tests.conftest import recipes_env
+
+            cls.process = subprocess.Popen(
+                [sys.executable, "-c", SERVER, json.dumps(PRELOAD), path], env=recipes_env(),
+                stdout=subprocess.PIPE, stderr=None, text=True, stdin=subprocess.DEVNULL,
+            )
+            assert cls.process.stdout is not None
+            line = cls.process.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"the preloaded Python server did not start (it said {line!r})")
+            atexit.register(cls.stop)
+        assert cls.directory is not None
+        return os.path.join(cls.directory, "server.sock")
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.process is not None and cls.process.poll() is None:
+            cls.process.kill()
+            cls.process.wait()
+
+
+class PreloadedProcess:
+    """One process forked from the preloaded server, used like ``subprocess.Popen``: ``pid``, ``stdout`` (a text
+    stream when ``stdout=subprocess.PIPE``), ``send_signal``/``terminate``/``kill``, ``poll``, ``wait`` and
+    ``returncode`` (negative: the signal that ended it)."""
+
+    def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any, stderr: Any) -> None:
+        module, code, args, unbuffered = _parse(argv)
+        self._files: list[Any] = []
+        ends = [os.open(os.devnull, os.O_RDONLY)]
+        self.stdout = self.stderr = None
+        for which, target in (("stdout", stdout), ("stderr", stderr)):
+            if target == subprocess.PIPE:
+                read, write = os.pipe()
+                setattr(self, which, open(read, encoding="utf-8", errors="replace"))
+                ends.append(write)
+            elif target == subprocess.STDOUT:
+                ends.append(os.dup(ends[1]))
+            elif target == subprocess.DEVNULL or target is None:
+                ends.append(os.open(os.devnull, os.O_WRONLY) if target == subprocess.DEVNULL else os.dup(
+                    1 if which == "stdout" else 2))
+            else:  # a file object or a descriptor
+                ends.append(os.dup(target if isinstance(target, int) else target.fileno()))
+        request = {"module": module, "code": code, "args": args, "unbuffered": unbuffered, "cwd": str(cwd),
+                   "env": dict(env)}
+        self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._connection.connect(_Server.address())
+        socket.send_fds(self._connection, [json.dumps(request).encode()], ends)
+        for fd in ends:
+            os.close(fd)
+        self._received = b""
+        self.args = list(argv)
+        self.returncode: int | None = None
+        self.pid = int(self._line(None))
+
+    def _line(self, timeout: float | None) -> str:
+        """The server's next line on this connection; "" when none came within ``timeout`` (0: none waiting)."""
+        import select
+
+        while b"\n" not in self._received:
+            if not select.select([self._connection], [], [], timeout)[0]:
+                return ""
+            chunk = self._connection.recv(4096)
+            if not chunk:
+                raise RuntimeError("the preloaded Python server ended before the process it forked")
+            self._received += chunk
+        line, self._received = self._received.split(b"\n", 1)
+        return line.decode()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            line = self._line(0)
+            if line:
+                self.returncode = int(line)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            line = self._line(timeout)
+            if not line:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self.returncode = int(line)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        """As ``subprocess.Popen.send_signal``: nothing once the process has ended."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:  # ended since
+                pass
+
+    def terminate(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """Both pipes read to their end (each in a thread, as ``subprocess`` does), then the exit status."""
+        out: dict[str, str] = {}
+        readers = [threading.Thread(target=lambda n=n, s=s: out.__setitem__(n, s.read()), daemon=True)
+                   for n, s in (("stdout", self.stdout), ("stderr", self.stderr)) if s is not None]
+        for reader in readers:
+            reader.start()
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.wait()
+            raise
+        for reader in readers:
+            reader.join()
+        return out.get("stdout"), out.get("stderr")
+
+    def close(self) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self._connection.close()
+
+    def __enter__(self) -> PreloadedProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.returncode is None:
+            self.kill()
+            self.wait()
+        self.close()
+
+
+def _parse(argv: Sequence[str]) -> tuple[str | None, str | None, list[str], bool]:
+    """(module, code, arguments, unbuffered) of ``[sys.executable, [-u], -m module | -c code, *arguments]``."""
+    rest = list(argv[1:])
+    unbuffered = False
+    while rest and rest[0] == "-u":
+        unbuffered = True
+        rest.pop(0)
+    if len(rest) >= 2 and rest[0] == "-m":
+        return rest[1], None, rest[2:], unbuffered
+    if len(rest) >= 2 and rest[0] == "-c":
+        return None, rest[1], rest[2:], unbuffered
+    raise ValueError(f"a preloaded process runs `python [-u] -m module ...` or `python [-u] -c code ...`: {argv}")
+
+
+def preloaded_popen(argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any = None,
+                    stderr: Any = None, text: bool = True) -> PreloadedProcess:
+    """``subprocess.Popen(argv, cwd=cwd, env=env, stdout=..., stderr=..., text=True)`` for ``argv`` =
+    ``[sys.executable, [-u], -m module | -c code, *arguments]``, forked from the preloaded server (pipes are
+    always text)."""
+    assert text, "a preloaded process's pipes are text streams"
+    return PreloadedProcess(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+
+
+def preloaded_run(argv: Sequence[str], *, cwd: str | Path, env: dict[str, str],
+                  timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)``, forked from the
+    preloaded server."""
+    with preloaded_popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        out, err = process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
