@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import warnings
 
 import pytest
 from lightning.pytorch.callbacks import Callback
 
+from tests.preloaded_python import preloaded_run
 from tests.conftest import CONFIGS, REPO, runs_of
 from tests.exact_resume_runs import (
     ARGS,
@@ -159,7 +159,7 @@ def test_a_real_kill_9_mid_epoch_resumes_to_the_uninterrupted_run(workdir, monke
     kill = {"class_path": "tests.checkpoints.test_exact_resume_tabular.KillNineAtStep", "init_args": {"step": 10}}
     command = [sys.executable, "-m", "recipes", "fit", "-c", str(CONFIGS / f"{RECIPE}.yaml"), *LIMITS, *ARGS,
                f"--trainer.callbacks+={json.dumps(kill)}"]
-    out = subprocess.run(command, cwd=workdir, env=recipes_env(), capture_output=True, text=True, timeout=300)
+    out = preloaded_run(command, cwd=workdir, env=recipes_env(), timeout=300)
     assert out.returncode == -signal.SIGKILL, out.stdout[-2000:] + out.stderr[-2000:]
     (killed,) = runs_of(workdir, RECIPE)
     assert last_of(workdir, RECIPE, killed.info.run_id)["global_step"] == 9

@@ -16,6 +16,7 @@ from recipes.checkpoints.files import read_run_stamp
 from recipes.cli import main
 from tests.conftest import SPIRAL, mlflow_client, runs_of
 from tests.resume_runs import TINY, fit, new_runs, run_dir, steps
+from tests.preloaded_python import preloaded_popen
 
 def test_checkpoints_carry_the_run_id_and_fit_resume_continues_that_run(store):
     before = runs_of(store, "spiral_mlp")
@@ -140,7 +141,7 @@ def test_fit_from_mlflow_last_continues_the_run(store):
 # --- signals: a real `python -m recipes fit` process -------------------------------------------------------------
 def start_long_fit(workdir: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.Popen(
+    return preloaded_popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", "200"],
         cwd=workdir,
         env=env,

@@ -13,6 +13,7 @@ import pytest
 from recipes.cli import main
 from recipes.checkpoints.run_lock import hold_run_lock, lock_path, release_run_locks
 from tests.conftest import SPIRAL, recipes_env, runs_of
+from tests.preloaded_python import preloaded_popen
 
 
 @pytest.mark.slow
@@ -21,7 +22,7 @@ def test_a_second_resume_of_a_run_being_resumed_fails_at_once(workdir, capsys):
     run_id = runs_of(workdir, "spiral_mlp")[0].info.run_id
     lock = lock_path(workdir / "checkpoints" / "spiral_mlp", run_id)
     env = recipes_env()
-    first = subprocess.Popen(
+    first = preloaded_popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--ckpt_path", "last",
          "--trainer.max_epochs", "400", "--mlflow_model", "false"],
         cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -47,7 +48,7 @@ def test_a_second_resume_of_a_run_being_resumed_fails_at_once(workdir, capsys):
 def test_a_resume_of_a_run_whose_first_fit_is_still_training_fails_at_once(workdir, capsys):
     """The first fit holds its run's lock too: `fit --ckpt_path last` during it used to train the same run twice."""
     env = {**recipes_env(), "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(
+    first = preloaded_popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", "400",
          "--mlflow_model", "false", "--torch_threads", "1"],
         cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -12,6 +12,7 @@ import pytest
 
 from recipes.tracking.sqlite_store import prepare_sqlite_store, sqlite_database_path
 from tests.conftest import SPIRAL, mlflow_client, runs_of
+from tests.preloaded_python import preloaded_popen
 
 
 def test_sqlite_database_path():
@@ -50,7 +51,7 @@ def test_two_recipes_at_once_on_one_sqlite_store_both_finish_in_full(workdir):
     common += ["--trainer.limit_train_batches", "10", "--trainer.log_every_n_steps", "2"]
     variants = {"0.01": ["--seed_everything", "0"], "0.003": ["--seed_everything", "1"]}
     procs = {
-        lr: subprocess.Popen(
+        lr: preloaded_popen(
             [*common, *extra, "--model.init_args.optimizer.init_args.lr", lr],
             cwd=workdir,
             env=env,

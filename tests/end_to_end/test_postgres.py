@@ -19,6 +19,7 @@ from tests.conftest import SPIRAL, recipes_env
 from tests.mlflow_server import MlflowServer
 from tests.postgres_server import PASSWORD, PostgresServer, free_port
 from tests.sweep_runs import SHORT, SWEEP
+from tests.preloaded_python import preloaded_popen, preloaded_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,8 +44,8 @@ def test_two_sweep_workers_one_postgresql_study_and_a_server_on_postgresql(postg
         command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), *SHORT,
                    "--trainer.max_epochs", "2", "--n_trials", "2", "--storage", storage]
         env = {**recipes_env(), "MLFLOW_TRACKING_URI": server.uri, "OMP_NUM_THREADS": "1"}
-        workers = [subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True) for _ in range(2)]
+        workers = [preloaded_popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                   for _ in range(2)]
         outputs = [w.communicate(timeout=400)[0] for w in workers]
         check_sweep(MlflowClient(server.uri), storage, workers, outputs)
     finally:
@@ -126,9 +127,8 @@ def test_an_unusable_database_is_one_line_with_the_password_masked(command, kind
 @pytest.mark.slow
 def test_the_sweep_process_ends_with_one_line_for_a_database_that_does_not_answer(workdir):
     url = f"postgresql://loopwise:{PASSWORD}@127.0.0.1:{free_port()}/optuna"
-    out = subprocess.run([sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), *SHORT,
-                          "--storage", url], cwd=workdir, env=recipes_env(), capture_output=True, text=True,
-                         timeout=120)
+    out = preloaded_run([sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), *SHORT,
+                         "--storage", url], cwd=workdir, env=recipes_env(), timeout=120)
     assert out.returncode == 2
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
         f"recipes sweep: error: the sweep storage (--storage) {url.replace(PASSWORD, '***')} does not answer "

@@ -29,6 +29,7 @@ import torch
 from recipes.cli import main
 from recipes.tracking.journal import JOURNAL_NAME
 from recipes.tracking.sync import main as sync_main
+from tests.preloaded_python import preloaded_popen, preloaded_run
 from tests.conftest import SPIRAL, recipes_env
 from tests.mlflow_server import MlflowServer
 from tests.postgres_server import PostgresServer
@@ -50,8 +51,7 @@ OUTAGE_S = 3  # the server is away this long, plus its restart
 
 
 def recipes(directory: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "recipes", *args], cwd=directory, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return preloaded_run([sys.executable, "-m", "recipes", *args], cwd=directory, env=env, timeout=300)
 
 
 def artifacts_of(client, run_id: str, folder: str) -> dict[str, int]:
@@ -96,7 +96,7 @@ def test_a_teams_day_on_an_mlflow_server_backed_by_postgresql(postgres: Postgres
         (a / "checkpoints").rename(a / "checkpoints-elsewhere")
         marker = tmp_path / "server-back.marker"
         b_env = {**env, SERVER_BACK_MARKER_ENV: str(marker), AFTER_BACK_ENV: "6", EPOCH_PAUSE_ENV: "0.1"}
-        fit = subprocess.Popen(
+        fit = preloaded_popen(
             [sys.executable, "-m", "recipes", "fit", *SMALL, "--trainer.max_epochs", "1000",
              "--ckpt_path", f"mlflow:{run_id}/last",
              "--trainer.callbacks+=tests.team_runs.StopSoonAfterTheServerIsBack"],

@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import Callback
 
 from tests.conftest import REPO, SPIRAL, recipes_env
 from tests.mlflow_server import MlflowServer, server  # noqa: F401, F811  (server: the fixture)
+from tests.preloaded_python import preloaded_popen, preloaded_run
 
 SERVER_PGID_ENV = "LOOPWISE_TEST_SERVER_PGID"
 OUTAGE_MARKER = "server-killed.marker"
@@ -41,7 +42,7 @@ def start_fit(workdir: Path, server: MlflowServer, epochs: int) -> subprocess.Po
     for key in list(env):
         if key.startswith("MLFLOW_HTTP_REQUEST"):
             env.pop(key)  # MLflow's defaults, as a user has them
-    return subprocess.Popen(
+    return preloaded_popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", str(epochs),
          "--mlflow_model", "false", "--trainer.callbacks+=tests.end_to_end.test_tracker_outage.KillServerAfterFirstEpoch"],
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -87,8 +88,7 @@ def test_a_server_killed_mid_run_never_blocks_the_fit_and_sync_brings_its_checkp
 
     server.start()  # the same backend store, artifact root and port
     env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": server.uri}
-    sync = subprocess.run([sys.executable, "-m", "recipes", "sync"], cwd=workdir, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    sync = preloaded_run([sys.executable, "-m", "recipes", "sync"], cwd=workdir, env=env, timeout=120)
     assert sync.returncode == 0, sync.stderr[-3000:]
     assert "best.ckpt" in sync.stdout and "last.ckpt" in sync.stdout, sync.stdout
     client = MlflowClient(server.uri)
@@ -99,8 +99,7 @@ def test_a_server_killed_mid_run_never_blocks_the_fit_and_sync_brings_its_checkp
     for name in ("best", "last"):
         served = client.download_artifacts(run_id, f"checkpoints/{name}.ckpt", str(downloads))
         assert Path(served).read_bytes() == (folder / f"{name}.ckpt").read_bytes(), name
-    again = subprocess.run([sys.executable, "-m", "recipes", "sync"], cwd=workdir, env=env, capture_output=True,
-                           text=True, timeout=120)  # fmt: skip
+    again = preloaded_run([sys.executable, "-m", "recipes", "sync"], cwd=workdir, env=env, timeout=120)
     assert "0 metric value(s), 0 param(s), 0 tag(s)" in again.stdout and "ckpt" not in again.stdout  # nothing twice
 
 
@@ -137,7 +136,7 @@ class StuckInACheckpointSave(Callback):
 @pytest.mark.slow
 def test_a_second_sigterm_ends_a_stuck_process_at_once(workdir) -> None:
     env = recipes_env()
-    fit = subprocess.Popen(
+    fit = preloaded_popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", "5", "--mlflow_model",
          "false", "--trainer.callbacks+=tests.end_to_end.test_tracker_outage.StuckInACheckpointSave"],
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

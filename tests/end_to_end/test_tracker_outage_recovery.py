@@ -18,6 +18,7 @@ from recipes.tracking.failures import NO_ANSWER_REASONS
 from tests.conftest import REPO, SPIRAL
 from tests.mlflow_server import server  # noqa: F401, F811  (server: the fixture)
 from tests.team_runs import AFTER_BACK_ENV, SERVER_BACK_MARKER_ENV, TimedLines
+from tests.preloaded_python import preloaded_popen
 
 # the server is away this long, and its restart takes ~20 s more on 2 busy cores (LOOPWISE_TEST_OUTAGE_S=30: the
 # issue's 50 s outage)
@@ -36,7 +37,7 @@ def test_a_server_away_mid_fit_never_stalls_the_loop_and_the_run_catches_up_by_i
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}  # MLflow's defaults
     env.update({"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "MLFLOW_TRACKING_URI": server.uri,
                 SERVER_BACK_MARKER_ENV: str(marker), AFTER_BACK_ENV: str(AFTER_BACK_S)})  # fmt: skip
-    fit = subprocess.Popen(
+    fit = preloaded_popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), "--trainer.max_epochs", "2000",
          "--mlflow_model", "false",
          "--trainer.callbacks+=tests.team_runs.StopSoonAfterTheServerIsBack"],

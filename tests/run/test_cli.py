@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import yaml
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
 from tests.hf_models import hf_overrides
+from tests.preloaded_python import preloaded_run
 
 RECIPES = sorted(p for p in CONFIGS.glob("*.yaml"))
 FRAGMENTS = sorted(p for p in (CONFIGS / "trainer").glob("*.yaml"))
@@ -288,7 +290,7 @@ def test_tracking_uri_is_read_at_run_time(workdir, monkeypatch):
 
 
 def test_python_dash_m_recipes_is_the_same_command(workdir):
-    out = subprocess.run([sys.executable, "-m", "recipes", "fit", "--help"], capture_output=True, text=True)
+    out = preloaded_run([sys.executable, "-m", "recipes", "fit", "--help"], cwd=REPO, env=dict(os.environ))
     assert out.returncode == 0
     assert "--early_stopping_patience" in out.stdout and "--ckpt_path" in out.stdout
 
@@ -306,7 +308,7 @@ def test_ckpt_path_help_is_loopwise_s_own(workdir, monkeypatch, capsys):
 
 
 def test_recipes_help_lists_every_command(workdir):
-    out = subprocess.run([sys.executable, "-m", "recipes", "--help"], capture_output=True, text=True)
+    out = preloaded_run([sys.executable, "-m", "recipes", "--help"], cwd=REPO, env=dict(os.environ))
     assert out.returncode == 0
     listed = [line.split()[0] for line in out.stdout.split("Each takes --help.")[0].splitlines()[1:] if line.strip()]
     assert listed == ["fit", "validate", "test", "predict", "compare", "sweep", "sync", "export"]

@@ -16,6 +16,7 @@ from recipes.cli import main
 from recipes.compare.command import main as compare_main
 from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
 from tests.sweep_runs import SHORT, SWEEP, study_of, sweep
+from tests.preloaded_python import preloaded_popen
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -135,8 +136,8 @@ def test_a_key_the_recipe_does_not_take_stops_the_sweep_before_any_trial(workdir
 def test_two_workers_share_one_study_and_one_parent_run(workdir):
     command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), *SHORT, "--n_trials", "4"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    workers = [subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True) for _ in range(2)]
+    workers = [preloaded_popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+               for _ in range(2)]
     outputs = [w.communicate(timeout=600)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
     ran = [{int(line.split("trial ")[1].split(":")[0]) for line in out.splitlines() if ": trial " in line}

@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from recipes.tracking.abandoned_runs import close_abandoned_runs
 from tests.conftest import SPIRAL, recipes_env, runs_of
 from tests.sweep_runs import SWEEP, study_of, sweep
+from tests.preloaded_python import preloaded_popen
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,7 +24,7 @@ def start_sweep(workdir, *extra: str) -> subprocess.Popen:
     env = {**recipes_env(), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP), "--trainer.max_epochs",
                "400", "--data.init_args.n_samples", "600", "--torch_threads", "1", *extra]
-    return subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return preloaded_popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def wait_for_training(workdir, worker: subprocess.Popen) -> None:

@@ -24,6 +24,7 @@ from recipes.compare.rows import build_table
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from tests.conftest import SPIRAL, mlflow_client, recipes_env, runs_of
 from tests.resume_runs import TINY, fit, new_runs, run_dir, steps
+from tests.preloaded_python import preloaded_run
 
 # --- part 3: a resume from an older checkpoint is a branch --------------------------------------------------------
 
@@ -153,9 +154,7 @@ class KillSelfInSecondEpoch(Callback):
 
 def recipes(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     env = recipes_env()
-    return subprocess.run(
-        [sys.executable, "-m", "recipes", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
-    )
+    return preloaded_run([sys.executable, "-m", "recipes", *args], cwd=workdir, env=env, timeout=300)
 
 
 @pytest.mark.slow

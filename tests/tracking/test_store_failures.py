@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import Callback
 
 from recipes.cli import main
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
+from tests.preloaded_python import preloaded_run
 from tests.conftest import SPIRAL, recipes_env
 
 
@@ -65,7 +66,7 @@ print(json.dumps({
 
 def run_in_new_process(workdir, args: list[str]) -> subprocess.CompletedProcess:
     env = recipes_env()
-    return subprocess.run([sys.executable, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    return preloaded_run([sys.executable, *args], cwd=workdir, env=env, timeout=300)
 
 
 def test_replay_writes_only_what_the_store_lacks(tmp_path):

@@ -24,6 +24,7 @@ from recipes.tracking.sync import main as sync_main
 from tests.conftest import SPIRAL, copy_migrated_store, free_port, recipes_env
 from tests.resume_runs import TINY
 from tests.team_runs import record_of
+from tests.preloaded_python import preloaded_run
 
 
 class Attempt:
@@ -220,8 +221,7 @@ class StopInSecondEpoch(Callback):
 
 
 def recipes(directory: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "recipes", *args], cwd=directory, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return preloaded_run([sys.executable, "-m", "recipes", *args], cwd=directory, env=env, timeout=300)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import pytest
 from recipes.cli import main
 from recipes.tracking.journal import JOURNAL_NAME, read_journal
 from tests.conftest import REPO, SPIRAL, mlflow_client, recipes_env, runs_of
+from tests.preloaded_python import preloaded_popen, preloaded_run
 
 SIX_EPOCHS = ["--trainer.max_epochs", "6", "--mlflow_model", "false"]
 
@@ -65,11 +66,11 @@ def test_after_a_hard_kill_and_resume_every_step_is_logged_once(workdir, uninter
     (workdir / "die.py").write_text(DIE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), str(REPO)])}
     env.pop("MLFLOW_TRACKING_URI", None)
-    killed = subprocess.run(
+    killed = preloaded_run(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *SIX_EPOCHS,
          "--trainer.callbacks+=die.DieAt", "--trainer.callbacks.batch", str(batch),
          "--trainer.callbacks.flush_first", str(flush_first).lower()],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+        cwd=workdir, env=env, timeout=300,
     )  # fmt: skip
     assert killed.returncode == 9, killed.stderr[-2000:]
     run_id = runs_of(workdir, "spiral_mlp")[0].info.run_id
@@ -92,10 +93,10 @@ def test_a_run_killed_before_its_first_checkpoint_is_marked_killed_by_the_next_c
     (workdir / "die.py").write_text(DIE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), str(REPO)])}
     env.pop("MLFLOW_TRACKING_URI", None)
-    killed = subprocess.run(
+    killed = preloaded_run(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *SIX_EPOCHS,
          "--trainer.callbacks+=die.DieAt", "--trainer.callbacks.epoch", "0", "--trainer.callbacks.batch", "3"],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+        cwd=workdir, env=env, timeout=300,
     )  # fmt: skip
     assert killed.returncode == 9, killed.stderr[-2000:]
     (abandoned,) = runs_of(workdir, "spiral_mlp")
@@ -116,7 +117,7 @@ def test_kill_9_at_any_moment_after_a_checkpoint_then_resume_logs_every_step_onc
     import time
 
     env = recipes_env()
-    fit = subprocess.Popen(
+    fit = preloaded_popen(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *SIX_EPOCHS],
         cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

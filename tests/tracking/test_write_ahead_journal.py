@@ -17,6 +17,7 @@ from recipes.cli import main
 from recipes.compare.command import main as compare_main
 from recipes.tracking.journal import JOURNAL_NAME, JournalRecord, read_journal
 from tests.conftest import REPO, SPIRAL, mlflow_client, runs_of
+from tests.preloaded_python import preloaded_run
 
 THREE_EPOCHS = ["--trainer.max_epochs", "3", "--mlflow_model", "false"]
 
@@ -122,10 +123,10 @@ def test_after_kill_9_right_after_a_save_compare_replays_the_journal_and_the_res
     (workdir / "kill.py").write_text(KILL)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env["PYTHONPATH"] = os.pathsep.join([str(workdir), str(REPO)])
-    killed = subprocess.run(
+    killed = preloaded_run(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *THREE_EPOCHS,
          "--trainer.callbacks+=kill.KillAt", "--trainer.callbacks.epoch", "2"],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+        cwd=workdir, env=env, timeout=300,
     )  # fmt: skip
     assert killed.returncode == -9, killed.stderr[-2000:]
     (run,) = runs_of(workdir, "spiral_mlp")
@@ -133,8 +134,7 @@ def test_after_kill_9_right_after_a_save_compare_replays_the_journal_and_the_res
     assert run.info.status == "RUNNING"  # nobody closed it
     journal = journal_history(workdir, run_id)
     assert {step for key, step in journal if key == "val/acc"} and len(journal) > 10
-    compare = subprocess.run([sys.executable, "-m", "recipes", "compare"], cwd=workdir, env=env,
-                             capture_output=True, text=True, timeout=300)
+    compare = preloaded_run([sys.executable, "-m", "recipes", "compare"], cwd=workdir, env=env, timeout=300)
     assert compare.returncode == 0, compare.stderr[-2000:]
     assert "1 fit run" in compare.stdout
     assert once(store_history(workdir, run_id)) == journal  # every key, step and value, each once
