@@ -228,16 +228,13 @@ def two_process_command(directory: Path, subcommand: str, recipe: Path, *extra: 
 
 
 def on_two_processes(directory: Path, subcommand: str, recipe: Path, *extra: str) -> subprocess.CompletedProcess:
-    """`python -m recipes <subcommand> -c <recipe> -c ddp.yaml ...` on 2 CPU processes in ``directory``."""
+    """`python -m recipes <subcommand> -c <recipe> -c ddp.yaml ...` on 2 CPU processes in ``directory``: rank 0 forked
+    from the preloaded Python (``tests/preloaded_python.py``), rank 1 started by Lightning's launcher as usual."""
+    from tests.preloaded_python import preloaded_run
+
     # a deadlock between the ranks fails the test instead of hanging CI
-    out = subprocess.run(
-        two_process_command(directory, subcommand, recipe, *extra),
-        cwd=directory,
-        env=recipes_env(),
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+    out = preloaded_run(two_process_command(directory, subcommand, recipe, *extra), cwd=directory, env=recipes_env(),
+                        timeout=420)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
 

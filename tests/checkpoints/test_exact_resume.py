@@ -232,6 +232,7 @@ def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrup
     rank 0 after step 8 (epoch 1, batch 1 of 6 per rank) stops both ranks there; the resumed pair ends bit-for-bit
     where the uninterrupted pair ends."""
     from tests.conftest import recipes_env, two_process_command
+    from tests.preloaded_python import preloaded_run
 
     recipe = CONFIGS / "tabular_mlp.yaml"
     args = ["--trainer.max_epochs", "2", *LIMITS, "--mlflow_model", "false", "--system_metrics_interval", "0"]
@@ -239,7 +240,7 @@ def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrup
 
     def fit_pair(*extra: str) -> subprocess.CompletedProcess:
         command = two_process_command(tmp_path, "fit", recipe, *args, *extra)
-        return subprocess.run(command, cwd=tmp_path, env=recipes_env(), capture_output=True, text=True, timeout=420)
+        return preloaded_run(command, cwd=tmp_path, env=recipes_env(), timeout=420)  # rank 0 forked, rank 1 launched
 
     out = fit_pair()
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

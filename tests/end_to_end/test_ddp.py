@@ -20,6 +20,7 @@ import yaml
 
 from recipes.checkpoints.files import read_run_stamp
 from recipes.cli import main
+from tests.preloaded_python import preloaded_popen
 from tests.conftest import (
     CONFIGS,
     SPIRAL,
@@ -209,9 +210,7 @@ def test_sigterm_on_two_processes_stops_both_saves_last_and_marks_the_run_killed
     # Lightning 2.6's own SIGTERM handler broadcasts from inside the handler and deadlocks DDP; RunContinuity makes
     # the ranks agree on the signal after a batch, so both stop there and save last.ckpt together
     command = two_process_command(tmp_path, "fit", SPIRAL, "--trainer.max_epochs", "40")
-    proc = subprocess.Popen(
-        command, cwd=tmp_path, env=recipes_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = preloaded_popen(command, cwd=tmp_path, env=recipes_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         while not list(tmp_path.glob("checkpoints/spiral_mlp/*/last.ckpt")):  # after the first epoch
