@@ -14,10 +14,15 @@ give. Before it runs the command it takes the request's working directory, envir
 what the interpreter does at exit (join non-daemon threads, run ``atexit`` functions, flush the streams), then
 exits with the code an uncaught ``SystemExit``/exception/``KeyboardInterrupt`` would give.
 
+Two servers: ``RECIPES`` (the libraries and loopwise's recipes, for ``python -m recipes ...``) and ``LIBRARIES`` (the
+third-party libraries only), for a process that must start with nothing of loopwise imported: a checkpoint, an
+export or an MLflow model loaded "in a fresh process" imports loopwise's modules itself, as a user's process would.
+
 What it does not reproduce, so the tests of these stay on a fresh interpreter (``subprocess``): the interpreter's
-start-up itself (the warnings a fresh ``import`` prints: ``test_quiet_first_fit.py``), environment variables read
-only at import (``OMP_NUM_THREADS`` and torch's thread pool: ``test_torch_threads.py``), and processes that launch
-their own copies from ``sys.argv`` (Lightning's DDP launcher: the two-process tests).
+start-up itself (the warnings a fresh ``import`` prints: ``test_quiet_first_fit.py``; the modules ``import
+recipes.cli`` loads: ``test_benchmarks.py``), environment variables read only at import (``OMP_NUM_THREADS`` and
+torch's thread pool: ``test_torch_threads.py``), a project of the user's own (``test_import_into_project.py``), and
+the second rank of a two-process run, which Lightning's DDP launcher starts from ``sys.argv``.
 
 The server imports torch but runs no torch operation before it forks, so no OpenMP thread pool exists yet in the
 process that forks.
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 # what ``recipes fit``/``sync``/``compare`` and the tests' own callbacks import anyway: loaded once by the server
-PRELOAD = (
+RECIPES = (
     "torch",
     "lightning.pytorch",
     "torchmetrics",
@@ -51,6 +56,20 @@ PRELOAD = (
     "recipes.tracking.logger",
     "lightning_modules",
     "datamodules",
+)
+# third-party libraries only, for a process that must start with none of loopwise imported (a checkpoint, an export or
+# an MLflow model loaded in a process that never ran loopwise): loopwise's own modules are imported by the process
+LIBRARIES = (
+    "torch",
+    "lightning.pytorch",
+    "torchmetrics",
+    "mlflow",
+    "mlflow.pyfunc",
+    "pandas",
+    "PIL.Image",
+    "transformers",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.image_processing_auto",
 )
 
 SERVER = r'''
@@ -176,35 +195,37 @@ while os.getppid() == parent:  # the test process that started this server is go
 
 
 class _Server:
-    """The preloaded server of this (xdist worker) process, started on first use and stopped at exit."""
+    """A preloaded server of this (xdist worker) process, one per preload list, started on first use and stopped at
+    exit."""
 
-    process: subprocess.Popen | None = None
-    directory: str | None = None
+    started: dict[tuple[str, ...], tuple[subprocess.Popen, str]] = {}
 
     @classmethod
-    def address(cls) -> str:
-        if cls.process is None or cls.process.poll() is not None:
-            cls.directory = tempfile.mkdtemp(prefix="preloaded-")
-            path = os.path.join(cls.directory, "server.sock")
+    def address(cls, preload: tuple[str, ...]) -> str:
+        process, path = cls.started.get(preload, (None, ""))
+        if process is None or process.poll() is not None:
+            path = os.path.join(tempfile.mkdtemp(prefix="preloaded-"), "server.sock")
             from tests.conftest import recipes_env
 
-            cls.process = subprocess.Popen(
-                [sys.executable, "-c", SERVER, json.dumps(PRELOAD), path], env=recipes_env(),
+            process = subprocess.Popen(
+                [sys.executable, "-c", SERVER, json.dumps(preload), path], env=recipes_env(),
                 stdout=subprocess.PIPE, stderr=None, text=True, stdin=subprocess.DEVNULL,
             )
-            assert cls.process.stdout is not None
-            line = cls.process.stdout.readline().strip()
+            assert process.stdout is not None
+            line = process.stdout.readline().strip()
             if line != "ready":
                 raise RuntimeError(f"the preloaded Python server did not start (it said {line!r})")
-            atexit.register(cls.stop)
-        assert cls.directory is not None
-        return os.path.join(cls.directory, "server.sock")
+            if not cls.started:
+                atexit.register(cls.stop)
+            cls.started[preload] = (process, path)
+        return path
 
     @classmethod
     def stop(cls) -> None:
-        if cls.process is not None and cls.process.poll() is None:
-            cls.process.kill()
-            cls.process.wait()
+        for process, _ in cls.started.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 class PreloadedProcess:
@@ -212,7 +233,8 @@ class PreloadedProcess:
     stream when ``stdout=subprocess.PIPE``), ``send_signal``/``terminate``/``kill``, ``poll``, ``wait`` and
     ``returncode`` (negative: the signal that ended it)."""
 
-    def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any, stderr: Any) -> None:
+    def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any, stderr: Any,
+                 preload: tuple[str, ...] = RECIPES) -> None:
         module, code, args, unbuffered = _parse(argv)
         self._files: list[Any] = []
         ends = [os.open(os.devnull, os.O_RDONLY)]
@@ -232,7 +254,7 @@ class PreloadedProcess:
         request = {"module": module, "code": code, "args": args, "unbuffered": unbuffered, "cwd": str(cwd),
                    "env": dict(env)}
         self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._connection.connect(_Server.address())
+        self._connection.connect(_Server.address(preload))
         socket.send_fds(self._connection, [json.dumps(request).encode()], ends)
         for fd in ends:
             os.close(fd)
@@ -336,18 +358,19 @@ def _parse(argv: Sequence[str]) -> tuple[str | None, str | None, list[str], bool
 
 
 def preloaded_popen(argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any = None,
-                    stderr: Any = None, text: bool = True) -> PreloadedProcess:
+                    stderr: Any = None, text: bool = True, preload: tuple[str, ...] = RECIPES) -> PreloadedProcess:
     """``subprocess.Popen(argv, cwd=cwd, env=env, stdout=..., stderr=..., text=True)`` for ``argv`` =
-    ``[sys.executable, [-u], -m module | -c code, *arguments]``, forked from the preloaded server (pipes are
-    always text)."""
+    ``[sys.executable, [-u], -m module | -c code, *arguments]``, forked from the server that imported ``preload``
+    (``RECIPES``, or ``LIBRARIES`` for a process that must import loopwise itself); pipes are always text."""
     assert text, "a preloaded process's pipes are text streams"
-    return PreloadedProcess(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+    return PreloadedProcess(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr, preload=preload)
 
 
-def preloaded_run(argv: Sequence[str], *, cwd: str | Path, env: dict[str, str],
-                  timeout: float | None = None) -> subprocess.CompletedProcess:
+def preloaded_run(argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], timeout: float | None = None,
+                  preload: tuple[str, ...] = RECIPES) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)``, forked from the
-    preloaded server."""
-    with preloaded_popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+    server that imported ``preload``."""
+    with preloaded_popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preload=preload) as process:
         out, err = process.communicate(timeout=timeout)
         return subprocess.CompletedProcess(list(argv), process.returncode, out, err)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import yaml
 
 from recipes.cli import main
 from recipes.predict.model_logging import MODEL_TAG
+from tests.preloaded_python import LIBRARIES, preloaded_run
 from tests.conftest import CONFIGS, REPO, recipes_env, runs_of, working_directory
 from tests.hf_image_models import DIGIT_NAMES, build_tiny_convnext, build_tiny_resnet, build_tiny_vit, digits_folder
 
@@ -105,9 +105,10 @@ def test_the_export_reloads_in_transformers_with_the_predictions_of_recipes_pred
              for row in rows]
     assert len(paths) == 8 and all(Path(p).is_file() for p in paths)
     store = f"sqlite:///{exported['directory'] / 'mlflow.db'}"
-    out = subprocess.run([sys.executable, "-c", FRESH, str(export), json.dumps(paths), store, exported["model_uri"]],
-                         capture_output=True, text=True, env={**recipes_env(), "HF_HUB_OFFLINE": "1"}, cwd=REPO,
-                         timeout=300, check=True)
+    # a process that never imported loopwise (forked from one that imported only the libraries)
+    out = preloaded_run([sys.executable, "-c", FRESH, str(export), json.dumps(paths), store, exported["model_uri"]],
+                        env={**recipes_env(), "HF_HUB_OFFLINE": "1"}, cwd=REPO, timeout=300, preload=LIBRARIES)
+    assert out.returncode == 0, out.stderr[-3000:]
     fresh = json.loads(out.stdout.strip().splitlines()[-1])
     assert fresh["id2label"] == {str(i): name for i, name in enumerate(CLASSES)}
     predicted = torch.tensor([[float(row[f"prob_{name}"]) for name in CLASSES] for row in rows], dtype=torch.float64)

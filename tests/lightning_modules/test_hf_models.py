@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import math
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from datamodules import CharLMDataModule, TextClassificationDataModule
 from lightning_modules import ClassificationModule
 from lightning_modules.models import HFCausalLM, HFSequenceClassifier
 from recipes.cli import main
+from tests.preloaded_python import LIBRARIES, preloaded_run
 from tests.conftest import CONFIGS, REPO, mlflow_client, runs_of
 from tests.hf_models import BERT_MAX_LENGTH, build_tiny_bert, hf_overrides, local_hf_models
 
@@ -282,7 +283,9 @@ batch = pad_collate([{{"input_ids": data.encode(text)}} for text in {texts!r}], 
 with torch.no_grad():
     torch.save(module.logits(batch), {str(out)!r})
 """
-    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO, timeout=300)
+    # a process that never imported loopwise (forked from one that imported only the libraries)
+    out = preloaded_run([sys.executable, "-c", script], cwd=REPO, env=dict(os.environ), timeout=300, preload=LIBRARIES)
+    assert out.returncode == 0, out.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,9 +11,9 @@ import torch
 import yaml
 
 from recipes.cli import main
+from tests.preloaded_python import LIBRARIES, preloaded_run
 from tests.conftest import CONFIGS, REPO, SPIRAL, mlflow_client, runs_of
 from tests.hf_models import hf_overrides
-from tests.preloaded_python import preloaded_run
 
 RECIPES = sorted(p for p in CONFIGS.glob("*.yaml"))
 FRAGMENTS = sorted(p for p in (CONFIGS / "trainer").glob("*.yaml"))
@@ -155,7 +154,9 @@ def test_checkpoint_loads_in_a_fresh_process_with_same_outputs(fitted, tmp_path)
         "with torch.no_grad():\n"
         f"    torch.save(m(x), {str(tmp_path / 'y.pt')!r})\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+    # a process that never imported loopwise (forked from one that imported only the libraries)
+    out = preloaded_run([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), preload=LIBRARIES)
+    assert out.returncode == 0, out.stderr[-3000:]
     assert torch.equal(torch.load(tmp_path / "y.pt"), expected)
     assert type(module.model).__name__ == "MLP" and module.hparams["num_classes"] == 3
 
