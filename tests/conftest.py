@@ -9,7 +9,9 @@ test module).
 - ``@pytest.mark.fresh_store``: the test's working directory starts with no ``mlflow.db`` (tests of the store's first
   start, of a missing or an old store); ``clean_workdir(name, store=False)`` for a module-scoped one.
 - one torch thread in every test (autouse ``one_thread``): the suite runs on 2 xdist workers on 2 cores.
-- ``recipes_env()`` and ``two_process_command()``: the environment and command line of a recipe run in a subprocess.
+- ``recipes_env()`` and ``two_process_command()``: the environment and command line of a recipe run in a subprocess;
+  ``tests/preloaded_python.py`` (``preloaded_run``/``preloaded_popen``) forks such a process from a Python that has
+  imported the libraries once, instead of paying a fresh interpreter's imports.
 - ``postgres``: one real PostgreSQL server for the session (``tests/postgres_server.py``), shared by the modules that
   use it.
 - ``--dist loadfile`` scheduling: every test module runs whole on one worker (its module-scoped fits are made once);
