@@ -169,8 +169,17 @@ class StoreFailureFilter(logging.Filter):
         owner = self.owner() if self.owner is not None else None
         if owner is None or record.levelno < self.min_level or not owner.keeps_journal():
             return True
+        failed_run = RUN_OF_FAILED_BATCH.match(record.getMessage())
+        if failed_run is not None and failed_run.group(1) != owner.journal_run_id():
+            # a batch of another run (an earlier run of this process whose store failed, still draining MLflow's
+            # queue) is not this run's store failing
+            return True
         owner.store_failed(record.getMessage())
         return False
+
+
+#: how MLflow's asynchronous queue names the run of a batch it could not write
+RUN_OF_FAILED_BATCH = re.compile(r"Run Id (\w+): Failed to log run data")
 
 
 #: MLflow's loggers that report a refused write, each with the filter that turns them into the one warning

@@ -156,6 +156,10 @@ class RecipeLogger(MLFlowLogger):
         """Whether the run's journal is open (a recipe fit is running)."""
         return self._journal is not None
 
+    def journal_run_id(self) -> str | None:
+        """The id of the run whose journal is open (its folder's name), ``None`` when none is."""
+        return self._journal.path.parent.name if self._journal is not None else None
+
     def record(self, kind: str, **data: Any) -> None:
         """Append to the journal (once the run exists and a journal folder was given)."""
         if self._journal_dir is None or not mlflow_logger_run_created(self) or rank_zero_only.rank != 0:

@@ -92,6 +92,24 @@ def test_replay_writes_only_what_the_store_lacks(tmp_path):
 READ_ONLY_METHODS = ("log_batch", "set_tag", "log_param", "update_run_info", "set_terminated")
 
 
+REFUSING = {"on": False}  # the store refuses writes while this is on
+
+
+def refusing(original):
+    """``original`` (a ``SqlAlchemyStore`` write method) refusing while ``REFUSING["on"]``: whatever took a reference
+    to the patched method while the store was "read-only" (MLflow's asynchronous queue binds ``store.log_batch`` when
+    a store is built, and MLflow caches stores) writes normally again once it is off, in this test or a later one."""
+
+    def refuse(*args, **kwargs):
+        if REFUSING["on"]:
+            from mlflow.exceptions import MlflowException
+
+            raise MlflowException("(sqlite3.OperationalError) attempt to write a readonly database")
+        return original(*args, **kwargs)
+
+    return refuse
+
+
 class StoreTurnsReadOnlyAfterFirstEpoch(Callback):
     """From the end of the first epoch on, the SQL store refuses every write as a read-only SQLite file does (a chmod
     cannot show it here: the tests may run as root, which file modes do not stop)."""
@@ -99,21 +117,20 @@ class StoreTurnsReadOnlyAfterFirstEpoch(Callback):
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.current_epoch != 0:
             return
-        from mlflow.exceptions import MlflowException
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        def refuse(*args, **kwargs):
-            raise MlflowException("(sqlite3.OperationalError) attempt to write a readonly database")
-
         for name in READ_ONLY_METHODS:
-            if hasattr(SqlAlchemyStore, name):
-                setattr(SqlAlchemyStore, f"_writable_{name}", getattr(SqlAlchemyStore, name))
-                setattr(SqlAlchemyStore, name, refuse)
+            if hasattr(SqlAlchemyStore, name) and not hasattr(SqlAlchemyStore, f"_writable_{name}"):
+                original = getattr(SqlAlchemyStore, name)
+                setattr(SqlAlchemyStore, f"_writable_{name}", original)
+                setattr(SqlAlchemyStore, name, refusing(original))
+        REFUSING["on"] = True
 
 
 def make_writable_again() -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
+    REFUSING["on"] = False
     for name in READ_ONLY_METHODS:
         original = getattr(SqlAlchemyStore, f"_writable_{name}", None)
         if original is not None:
@@ -130,6 +147,10 @@ def test_a_store_that_turns_read_only_then_works_again_gets_the_same_run_complet
                   "--trainer.callbacks+=tests.tracking.test_store_failures.StoreTurnsReadOnlyAfterFirstEpoch"])  # fmt: skip
     finally:
         make_writable_again()  # the user fixed the file's permissions
+        # the fit's process has ended by the time a user runs `recipes sync` (its exit drains MLflow's asynchronous
+        # queue); in this process the queue may still hold a batch the fit queued before the store turned read-only,
+        # which would land beside the sync's replay
+        mlflow.flush_async_logging()
     assert len([w for w in caught if "stopped accepting writes" in str(w.message)]) == 1
     assert "Traceback" not in capsys.readouterr().err
     client = mlflow.MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
@@ -143,3 +164,38 @@ def test_a_store_that_turns_read_only_then_works_again_gets_the_same_run_complet
     assert run.info.status == "FINISHED" and "loopwise.replayed_from_run" not in run.data.tags
     assert run.data.tags["doctor.findings"] == "none"
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/acc")) == [21, 43, 65]
+
+
+def test_a_late_failed_batch_of_an_earlier_run_is_not_the_current_runs_store_failing():
+    """MLflow's queue of an earlier run of this process (a sweep's trial, a store that failed) may still report a batch
+    it could not write after that run ended; the running fit's logger used to take it for its own store failing (one
+    warning, and its record went to the journal only, though its store worked)."""
+    import logging
+
+    from recipes.tracking.failures import StoreFailureFilter
+
+    class Owner:
+        failures: list[str] = []
+
+        def keeps_journal(self) -> bool:
+            return True
+
+        def journal_run_id(self) -> str:
+            return "current"
+
+        def store_failed(self, message: str) -> None:
+            self.failures.append(message)
+
+    owner = Owner()
+    store_filter = StoreFailureFilter(logging.ERROR)
+    store_filter.owner = lambda: owner
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("mlflow.utils.async_logging.async_logging_queue", logging.ERROR, __file__, 1, message,
+                                 None, None)
+
+    other = record("Run Id earlier: Failed to log run data: Exception: attempt to write a readonly database")
+    assert store_filter.filter(other) is True and owner.failures == []  # shown as MLflow's own line, not ours
+    own = record("Run Id current: Failed to log run data: Exception: attempt to write a readonly database")
+    assert store_filter.filter(own) is False and len(owner.failures) == 1
+    assert store_filter.filter(record("(sqlite3.OperationalError) database is locked")) is False  # no run named
