@@ -172,8 +172,8 @@ class StoreFailureFilter(logging.Filter):
         failed_run = RUN_OF_FAILED_BATCH.match(record.getMessage())
         if failed_run is not None and failed_run.group(1) != owner.journal_run_id():
             # a batch of another run (an earlier run of this process whose store failed, still draining MLflow's
-            # queue) is not this run's store failing
-            return True
+            # queue) is not this run's store failing; that run's journal holds it, and its warning was given: quiet
+            return False
         owner.store_failed(record.getMessage())
         return False
 
