@@ -240,6 +240,11 @@ class OneCycle(Schedule):
         self, optimizer: Optimizer, total_steps: int | None, monitor: str, mode: Literal["min", "max"]
     ) -> dict[str, Any] | None:
         assert total_steps is not None
+        if self.pct_start * total_steps == 1:  # OneCycleLR's first phase would end at step 0: it divides by zero
+            raise ValueError(
+                f"OneCycle: pct_start={self.pct_start} of a {total_steps}-step run is a warm-up of exactly one "
+                "optimizer step, which torch's OneCycleLR cannot schedule: change pct_start or the number of steps"
+            )
         if self.max_lr is None:
             max_lr: float | list[float] = [g["lr"] for g in optimizer.param_groups]
         else:  # a part with its own learning-rate factor peaks at that fraction of max_lr

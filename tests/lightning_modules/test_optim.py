@@ -618,3 +618,16 @@ def test_fused_if_cuda_leaves_cpu_optimizers_alone_and_rebuilds_faithfully():
     assert fused_if_cuda(torch.optim.AdamW(net.parameters(), foreach=True), "cpu").defaults["fused"] is None
     rms = torch.optim.RMSprop(net.parameters())
     assert fused_if_cuda(rms, "cpu") is rms  # no fused kernel
+
+
+def test_a_one_cycle_warm_up_of_exactly_one_step_fails_at_configure_time_in_one_line():
+    """torch's OneCycleLR ends its first phase at ``pct_start * total_steps - 1``: at step 0 when that product is 1,
+    and it divides by zero (a ZeroDivisionError from inside torch before this check: `--trainer.limit_train_batches 4`
+    on the digits recipe, pct_start 0.25). A warm-up shorter than one step still runs (fast_dev_run)."""
+    module = make_module(OneCycle(pct_start=0.1))
+    trainer = make_trainer([], max_epochs=2)
+    with pytest.raises(ValueError, match=r"pct_start=0.1 of a 10-step run is a warm-up of exactly one optimizer step"):
+        trainer.fit(module, train_dataloaders=make_loader(5))
+    trainer = make_trainer([], max_epochs=1)
+    trainer.fit(make_module(OneCycle(pct_start=0.1)), train_dataloaders=make_loader(5))  # 0.5 steps: no warm-up
+    assert trainer.global_step == 5
