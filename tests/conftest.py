@@ -231,7 +231,8 @@ def two_process_command(directory: Path, subcommand: str, recipe: Path, *extra: 
 
 def on_two_processes(directory: Path, subcommand: str, recipe: Path, *extra: str) -> subprocess.CompletedProcess:
     """`python -m recipes <subcommand> -c <recipe> -c ddp.yaml ...` on 2 CPU processes in ``directory``: rank 0 forked
-    from the preloaded Python (``tests/preloaded_python.py``), rank 1 started by Lightning's launcher as usual."""
+    from the preloaded Python (``tests/preloaded_python.py``), rank 1 started by Lightning's launcher from rank 0's
+    command line, forked from the same preloaded Python."""
     from tests.preloaded_python import preloaded_run
 
     # a deadlock between the ranks fails the test instead of hanging CI

@@ -18,11 +18,18 @@ Two servers: ``RECIPES`` (the libraries and loopwise's recipes, for ``python -m 
 third-party libraries only), for a process that must start with nothing of loopwise imported: a checkpoint, an
 export or an MLflow model loaded "in a fresh process" imports loopwise's modules itself, as a user's process would.
 
+A two-process run forked this way forks its second rank from the same server: in the forked process, Lightning's
+DDP launchers (``subprocess_script``) see a ``subprocess`` whose ``Popen`` of ``python -m ...`` is a
+``PreloadedProcess`` (the command line, environment and working directory Lightning gives it; its output goes where
+rank 0's goes; ``poll``/``send_signal`` work as Lightning's child-process observer uses them). The one thing Lightning
+reads from the environment at import, the process's rank (``rank_zero_only.rank``), is read again from the forked
+process's environment, as a fresh import would.
+
 What it does not reproduce, so the tests of these stay on a fresh interpreter (``subprocess``): the interpreter's
 start-up itself (the warnings a fresh ``import`` prints: ``test_quiet_first_fit.py``; the modules ``import
-recipes.cli`` loads: ``test_benchmarks.py``), environment variables read only at import (``OMP_NUM_THREADS`` and
-torch's thread pool: ``test_torch_threads.py``), a project of the user's own (``test_import_into_project.py``), and
-the second rank of a two-process run, which Lightning's DDP launcher starts from ``sys.argv``.
+recipes.cli`` loads: ``test_benchmarks.py``), environment variables torch reads only at import (``OMP_NUM_THREADS``
+and its thread pool: ``test_torch_threads.py``), a project of the user's own (``test_import_into_project.py``), and
+processes that ``torchrun`` starts (``test_multi_node.py``).
 
 The server imports torch but runs no torch operation before it forks, so no OpenMP thread pool exists yet in the
 process that forks.
@@ -75,7 +82,7 @@ LIBRARIES = (
 SERVER = r'''
 import atexit, io, json, os, select, signal, socket, sys, threading, traceback
 
-preload, path = json.loads(sys.argv[1]), sys.argv[2]
+preload, path, helper_file = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 base_path = list(sys.path)
 env_before = dict(os.environ)
 import importlib
@@ -100,6 +107,34 @@ def exit_code(error):
     return 1
 
 
+def fork_launched_ranks():
+    """Lightning's DDP launcher starts ranks 1.. with ``subprocess.Popen([sys.executable, "-m", <main module>, *argv],
+    env=..., cwd=...)``: fork them from this server too, so a two-process run pays no fresh interpreter either."""
+    import importlib.util, subprocess
+
+    spec = importlib.util.spec_from_file_location("_preloaded_python", helper_file)
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+
+    class LaunchersSubprocess:
+        """The ``subprocess`` module as Lightning's launchers see it: ``Popen`` of ``python -m ...`` forks here."""
+
+        def __getattr__(self, name):
+            return getattr(subprocess, name)
+
+        @staticmethod
+        def Popen(command, env=None, cwd=None, **kwargs):
+            if kwargs or list(command[:2]) != [sys.executable, "-m"]:
+                return subprocess.Popen(command, env=env, cwd=cwd, **kwargs)
+            return helper.PreloadedProcess(command, cwd=cwd or os.getcwd(), env=dict(os.environ if env is None else env),
+                                           stdout=None, stderr=None, address=path)
+
+    for name in ("lightning.fabric.strategies.launchers.subprocess_script",
+                 "lightning.pytorch.strategies.launchers.subprocess_script"):
+        if name in sys.modules:
+            sys.modules[name].subprocess = LaunchersSubprocess()
+
+
 def child(request, fds):
     listener.close()
     for target, fd in zip((0, 1, 2), fds):
@@ -119,6 +154,11 @@ def child(request, fds):
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
                                   line_buffering=True)
     python_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    rank_zero = sys.modules.get("lightning.fabric.utilities.rank_zero")
+    if rank_zero is not None:  # Lightning reads the process's rank once, at import: the first of these that is set
+        keys = [key for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK") if key in os.environ]
+        rank_zero.rank_zero_only.rank = int(os.environ[keys[0]]) if keys else 0
+    fork_launched_ranks()
     if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS (random reseeds by itself)
         sys.modules["numpy"].random.seed()
     code = 0
@@ -208,7 +248,7 @@ class _Server:
             from tests.conftest import recipes_env
 
             process = subprocess.Popen(
-                [sys.executable, "-c", SERVER, json.dumps(preload), path], env=recipes_env(),
+                [sys.executable, "-c", SERVER, json.dumps(preload), path, __file__], env=recipes_env(),
                 stdout=subprocess.PIPE, stderr=None, text=True, stdin=subprocess.DEVNULL,
             )
             assert process.stdout is not None
@@ -231,10 +271,11 @@ class _Server:
 class PreloadedProcess:
     """One process forked from the preloaded server, used like ``subprocess.Popen``: ``pid``, ``stdout`` (a text
     stream when ``stdout=subprocess.PIPE``), ``send_signal``/``terminate``/``kill``, ``poll``, ``wait`` and
-    ``returncode`` (negative: the signal that ended it)."""
+    ``returncode`` (negative: the signal that ended it). ``address``: the server's socket, for a process forked from
+    it that starts another (a DDP rank); otherwise this worker's server of ``preload``, started on first use."""
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any, stderr: Any,
-                 preload: tuple[str, ...] = RECIPES) -> None:
+                 preload: tuple[str, ...] = RECIPES, address: str | None = None) -> None:
         module, code, args, unbuffered = _parse(argv)
         self._files: list[Any] = []
         ends = [os.open(os.devnull, os.O_RDONLY)]
@@ -254,7 +295,7 @@ class PreloadedProcess:
         request = {"module": module, "code": code, "args": args, "unbuffered": unbuffered, "cwd": str(cwd),
                    "env": dict(env)}
         self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._connection.connect(_Server.address(preload))
+        self._connection.connect(address or _Server.address(preload))
         socket.send_fds(self._connection, [json.dumps(request).encode()], ends)
         for fd in ends:
             os.close(fd)

@@ -72,3 +72,38 @@ def test_a_forked_process_has_the_libraries_and_the_recipes_imported_before_its_
     code = "import sys; print(all(m in sys.modules for m in ('lightning.pytorch', 'mlflow', 'recipes.cli')))"
     out = preloaded_run([sys.executable, "-c", code], cwd=REPO, env=recipes_env(), timeout=120)
     assert (out.returncode, out.stdout.strip()) == (0, "True")
+
+
+RANK_PROBE = """
+import os, sys
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+print(os.getppid(), os.getcwd(), rank_zero_only.rank, sys.argv[1:], flush=True)
+sys.exit(3)
+"""
+
+LAUNCHER = """
+import os, subprocess, sys
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.strategies.launchers import subprocess_script
+env = {**os.environ, "LOCAL_RANK": "1"}
+print(os.getppid(), rank_zero_only.rank, flush=True)
+rank = subprocess_script.subprocess.Popen([sys.executable, "-m", "rank_probe", "--x"], env=env, cwd=sys.argv[1])
+print("child", rank.wait(timeout=60), rank.poll(), flush=True)
+assert subprocess_script.subprocess.PIPE is subprocess.PIPE  # everything else is the subprocess module
+"""
+
+
+def test_a_rank_that_lightnings_launcher_starts_is_forked_from_the_server_with_its_rank_read_again(tmp_path):
+    """Lightning's DDP launcher starts rank 1 with ``subprocess.Popen([python, -m, ...], env=..., cwd=...)``: from a
+    forked process it is forked from the same server (a sibling, not a fresh interpreter), with that environment and
+    working directory, its output on the launcher's, its exit status through ``wait``/``poll``, and the rank Lightning
+    reads from the environment at import (``LOCAL_RANK=1``) read again."""
+    (tmp_path / "rank_probe.py").write_text(RANK_PROBE)
+    env = {**recipes_env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    out = preloaded_run([sys.executable, "-c", LAUNCHER, str(tmp_path)], cwd=REPO, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    launcher, rank, ended = out.stdout.splitlines()
+    server, launcher_rank = launcher.split()
+    assert launcher_rank == "0"
+    assert rank.split(maxsplit=3) == [server, str(tmp_path), "1", "['--x']"]  # forked by the server, as rank 0 was
+    assert ended == "child 3 3"

@@ -240,7 +240,7 @@ def test_resume_after_a_mid_epoch_sigterm_on_two_processes_equals_the_uninterrup
 
     def fit_pair(*extra: str) -> subprocess.CompletedProcess:
         command = two_process_command(tmp_path, "fit", recipe, *args, *extra)
-        return preloaded_run(command, cwd=tmp_path, env=recipes_env(), timeout=420)  # rank 0 forked, rank 1 launched
+        return preloaded_run(command, cwd=tmp_path, env=recipes_env(), timeout=420)  # rank 0 forked, rank 1 launched by it
 
     out = fit_pair()
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
