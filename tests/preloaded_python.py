@@ -25,11 +25,13 @@ rank 0's goes; ``poll``/``send_signal`` work as Lightning's child-process observ
 reads from the environment at import, the process's rank (``rank_zero_only.rank``), is read again from the forked
 process's environment, as a fresh import would.
 
+So are the workers of a ``torchrun`` forked this way (``test_multi_node.py``): torch's elastic agent starts them with
+``Popen(..., start_new_session=True)``, and the forked worker leads a session of its own as that one would.
+
 What it does not reproduce, so the tests of these stay on a fresh interpreter (``subprocess``): the interpreter's
 start-up itself (the warnings a fresh ``import`` prints: ``test_quiet_first_fit.py``; the modules ``import
 recipes.cli`` loads: ``test_benchmarks.py``), environment variables torch reads only at import (``OMP_NUM_THREADS``
-and its thread pool: ``test_torch_threads.py``), a project of the user's own (``test_import_into_project.py``), and
-processes that ``torchrun`` starts (``test_multi_node.py``).
+and its thread pool: ``test_torch_threads.py``), and a project of the user's own (``test_import_into_project.py``).
 
 The server imports torch but runs no torch operation before it forks, so no OpenMP thread pool exists yet in the
 process that forks.
@@ -58,6 +60,7 @@ RECIPES = (
     "mlflow.tracking",
     "mlflow.store.tracking.sqlalchemy_store",
     "jsonargparse",
+    "torch.distributed.run",  # torchrun, whose worker processes are forked too (``test_multi_node.py``)
     "recipes.cli",
     "recipes.run.recipes_cli",
     "recipes.tracking.logger",
@@ -108,31 +111,42 @@ def exit_code(error):
 
 
 def fork_launched_ranks():
-    """Lightning's DDP launcher starts ranks 1.. with ``subprocess.Popen([sys.executable, "-m", <main module>, *argv],
-    env=..., cwd=...)``: fork them from this server too, so a two-process run pays no fresh interpreter either."""
+    """The launchers of a multi-process run start their processes with ``subprocess.Popen`` of ``python [-u] -m
+    <module> ...``: Lightning's DDP launcher its ranks 1.. (``subprocess.Popen(command, env=..., cwd=...)``), torchrun
+    its workers (``Popen(args=..., env=..., stdout=..., stderr=..., start_new_session=True)``). Those are forked from
+    this server too, so a multi-process run pays no fresh interpreter either; any other command runs as it would."""
     import importlib.util, subprocess
 
     spec = importlib.util.spec_from_file_location("_preloaded_python", helper_file)
     helper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helper)
 
+    def popen(args, env=None, cwd=None, stdout=None, stderr=None, start_new_session=False, **kwargs):
+        try:
+            forked = not kwargs and args[0] == sys.executable and helper._parse(args)[0] is not None
+        except ValueError:
+            forked = False
+        if not forked:
+            return subprocess.Popen(args, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                                    start_new_session=start_new_session, **kwargs)
+        return helper.PreloadedProcess(args, cwd=cwd or os.getcwd(), env=dict(os.environ if env is None else env),
+                                       stdout=stdout, stderr=stderr, address=path, new_session=start_new_session)
+
     class LaunchersSubprocess:
-        """The ``subprocess`` module as Lightning's launchers see it: ``Popen`` of ``python -m ...`` forks here."""
+        """The ``subprocess`` module as Lightning's launchers see it, with the ``Popen`` above."""
+
+        Popen = staticmethod(popen)
 
         def __getattr__(self, name):
             return getattr(subprocess, name)
-
-        @staticmethod
-        def Popen(command, env=None, cwd=None, **kwargs):
-            if kwargs or list(command[:2]) != [sys.executable, "-m"]:
-                return subprocess.Popen(command, env=env, cwd=cwd, **kwargs)
-            return helper.PreloadedProcess(command, cwd=cwd or os.getcwd(), env=dict(os.environ if env is None else env),
-                                           stdout=None, stderr=None, address=path)
 
     for name in ("lightning.fabric.strategies.launchers.subprocess_script",
                  "lightning.pytorch.strategies.launchers.subprocess_script"):
         if name in sys.modules:
             sys.modules[name].subprocess = LaunchersSubprocess()
+    torchrun = sys.modules.get("torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler")
+    if torchrun is not None:
+        torchrun.Popen = popen
 
 
 def child(request, fds):
@@ -143,6 +157,8 @@ def child(request, fds):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(signum, signal.SIG_DFL)
+    if request.get("new_session"):
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -272,10 +288,11 @@ class PreloadedProcess:
     """One process forked from the preloaded server, used like ``subprocess.Popen``: ``pid``, ``stdout`` (a text
     stream when ``stdout=subprocess.PIPE``), ``send_signal``/``terminate``/``kill``, ``poll``, ``wait`` and
     ``returncode`` (negative: the signal that ended it). ``address``: the server's socket, for a process forked from
-    it that starts another (a DDP rank); otherwise this worker's server of ``preload``, started on first use."""
+    it that starts another (a DDP rank); otherwise this worker's server of ``preload``, started on first use.
+    ``new_session``: the process leads a session (and process group) of its own, as ``start_new_session=True``."""
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any, stderr: Any,
-                 preload: tuple[str, ...] = RECIPES, address: str | None = None) -> None:
+                 preload: tuple[str, ...] = RECIPES, address: str | None = None, new_session: bool = False) -> None:
         module, code, args, unbuffered = _parse(argv)
         self._files: list[Any] = []
         ends = [os.open(os.devnull, os.O_RDONLY)]
@@ -293,7 +310,7 @@ class PreloadedProcess:
             else:  # a file object or a descriptor
                 ends.append(os.dup(target if isinstance(target, int) else target.fileno()))
         request = {"module": module, "code": code, "args": args, "unbuffered": unbuffered, "cwd": str(cwd),
-                   "env": dict(env)}
+                   "env": dict(env), "new_session": new_session}
         self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._connection.connect(address or _Server.address(preload))
         socket.send_fds(self._connection, [json.dumps(request).encode()], ends)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, recipes_env
-from tests.preloaded_python import LIBRARIES, preloaded_popen, preloaded_run
+from tests.preloaded_python import LIBRARIES, RECIPES, _Server, preloaded_popen, preloaded_run
 
 EXIT = """
 import atexit, os, sys, threading, time
@@ -107,3 +107,26 @@ def test_a_rank_that_lightnings_launcher_starts_is_forked_from_the_server_with_i
     assert launcher_rank == "0"
     assert rank.split(maxsplit=3) == [server, str(tmp_path), "1", "['--x']"]  # forked by the server, as rank 0 was
     assert ended == "child 3 3"
+
+
+TORCHRUN_PROBE = """
+import os
+print(os.getppid(), os.getsid(0) == os.getpid(), os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], flush=True)
+"""
+
+
+def test_a_worker_that_torchrun_starts_is_forked_from_the_server_in_a_session_of_its_own(tmp_path):
+    """torch's elastic agent starts a worker with ``Popen([python, -u, -m, ...], start_new_session=True)`` and ends a
+    late one with ``os.killpg``: a torchrun forked from the server forks its worker there too, leading its own
+    session."""
+    (tmp_path / "torchrun_probe.py").write_text(TORCHRUN_PROBE)
+    env = {**recipes_env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    with preloaded_popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "-m",
+                          "torchrun_probe"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE) as torchrun:
+        out, err = torchrun.communicate(timeout=120)
+    assert torchrun.returncode == 0, err
+    (line,) = [line for line in out.splitlines() if line.strip()]
+    parent, leads_session, local_rank, world_size = line.split()
+    assert (leads_session, local_rank, world_size) == ("True", "0", "1")
+    assert int(parent) == _Server.started[RECIPES][0].pid  # not torchrun's child: forked by the server, as torchrun was

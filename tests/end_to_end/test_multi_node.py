@@ -17,6 +17,7 @@ import torch
 
 from recipes.checkpoints.files import read_run_stamp
 from tests.conftest import DDP, SPIRAL, free_port, mlflow_client, recipes_env, runs_of
+from tests.preloaded_python import preloaded_popen
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +33,9 @@ def on_two_nodes(directory: Path, *extra: str) -> list[str]:
     for node in (0, 1):
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
                     "--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", str(port)]
-        processes.append(subprocess.Popen([*torchrun, "-m", "recipes", *recipe], cwd=directory, env=recipes_env(),
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        # torchrun and the worker it starts forked from the preloaded Python (tests/preloaded_python.py)
+        processes.append(preloaded_popen([*torchrun, "-m", "recipes", *recipe], cwd=directory, env=recipes_env(),
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outputs = []
     try:
         for process in processes:
