@@ -30,8 +30,10 @@ So are the workers of a ``torchrun`` forked this way (``test_multi_node.py``): t
 
 What it does not reproduce, so the tests of these stay on a fresh interpreter (``subprocess``): the interpreter's
 start-up itself (the warnings a fresh ``import`` prints: ``test_quiet_first_fit.py``; the modules ``import
-recipes.cli`` loads: ``test_benchmarks.py``), environment variables torch reads only at import (``OMP_NUM_THREADS``
-and its thread pool: ``test_torch_threads.py``), and a project of the user's own (``test_import_into_project.py``).
+recipes.cli`` loads: ``test_benchmarks.py``) and a project of the user's own (``test_import_into_project.py``).
+What a library reads from the environment only at import (torch's ``OMP_NUM_THREADS``, the size of its thread pool)
+is the server's: ``import_env`` starts a server with those variables (``test_torch_threads.py``: a 1-core and a
+2-core machine), shared by the runs that ask for the same.
 
 The server imports torch but runs no torch operation before it forks, so no OpenMP thread pool exists yet in the
 process that forks.
@@ -47,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -251,20 +253,22 @@ while os.getppid() == parent:  # the test process that started this server is go
 
 
 class _Server:
-    """A preloaded server of this (xdist worker) process, one per preload list, started on first use and stopped at
-    exit."""
+    """A preloaded server of this (xdist worker) process, one per preload list and environment at import, started on
+    first use and stopped at exit."""
 
-    started: dict[tuple[str, ...], tuple[subprocess.Popen, str]] = {}
+    started: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], tuple[subprocess.Popen, str]] = {}
 
     @classmethod
-    def address(cls, preload: tuple[str, ...]) -> str:
-        process, path = cls.started.get(preload, (None, ""))
+    def address(cls, preload: tuple[str, ...], import_env: Mapping[str, str] | None = None) -> str:
+        key = (preload, tuple(sorted((import_env or {}).items())))
+        process, path = cls.started.get(key, (None, ""))
         if process is None or process.poll() is not None:
             path = os.path.join(tempfile.mkdtemp(prefix="preloaded-"), "server.sock")
             from tests.conftest import recipes_env
 
             process = subprocess.Popen(
-                [sys.executable, "-c", SERVER, json.dumps(preload), path, __file__], env=recipes_env(),
+                [sys.executable, "-c", SERVER, json.dumps(preload), path, __file__],
+                env={**recipes_env(), **(import_env or {})},
                 stdout=subprocess.PIPE, stderr=None, text=True, stdin=subprocess.DEVNULL,
             )
             assert process.stdout is not None
@@ -273,7 +277,7 @@ class _Server:
                 raise RuntimeError(f"the preloaded Python server did not start (it said {line!r})")
             if not cls.started:
                 atexit.register(cls.stop)
-            cls.started[preload] = (process, path)
+            cls.started[key] = (process, path)
         return path
 
     @classmethod
@@ -289,10 +293,13 @@ class PreloadedProcess:
     stream when ``stdout=subprocess.PIPE``), ``send_signal``/``terminate``/``kill``, ``poll``, ``wait`` and
     ``returncode`` (negative: the signal that ended it). ``address``: the server's socket, for a process forked from
     it that starts another (a DDP rank); otherwise this worker's server of ``preload``, started on first use.
-    ``new_session``: the process leads a session (and process group) of its own, as ``start_new_session=True``."""
+    ``new_session``: the process leads a session (and process group) of its own, as ``start_new_session=True``.
+    ``import_env``: variables the server had in its environment when it imported ``preload`` (what a library reads
+    only at import, such as torch's ``OMP_NUM_THREADS``); a server is started for each such environment."""
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any, stderr: Any,
-                 preload: tuple[str, ...] = RECIPES, address: str | None = None, new_session: bool = False) -> None:
+                 preload: tuple[str, ...] = RECIPES, address: str | None = None, new_session: bool = False,
+                 import_env: Mapping[str, str] | None = None) -> None:
         module, code, args, unbuffered = _parse(argv)
         self._files: list[Any] = []
         ends = [os.open(os.devnull, os.O_RDONLY)]
@@ -312,7 +319,7 @@ class PreloadedProcess:
         request = {"module": module, "code": code, "args": args, "unbuffered": unbuffered, "cwd": str(cwd),
                    "env": dict(env), "new_session": new_session}
         self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._connection.connect(address or _Server.address(preload))
+        self._connection.connect(address or _Server.address(preload, import_env))
         socket.send_fds(self._connection, [json.dumps(request).encode()], ends)
         for fd in ends:
             os.close(fd)
@@ -416,19 +423,23 @@ def _parse(argv: Sequence[str]) -> tuple[str | None, str | None, list[str], bool
 
 
 def preloaded_popen(argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], stdout: Any = None,
-                    stderr: Any = None, text: bool = True, preload: tuple[str, ...] = RECIPES) -> PreloadedProcess:
+                    stderr: Any = None, text: bool = True, preload: tuple[str, ...] = RECIPES,
+                    import_env: Mapping[str, str] | None = None) -> PreloadedProcess:
     """``subprocess.Popen(argv, cwd=cwd, env=env, stdout=..., stderr=..., text=True)`` for ``argv`` =
     ``[sys.executable, [-u], -m module | -c code, *arguments]``, forked from the server that imported ``preload``
-    (``RECIPES``, or ``LIBRARIES`` for a process that must import loopwise itself); pipes are always text."""
+    (``RECIPES``, or ``LIBRARIES`` for a process that must import loopwise itself) with ``import_env`` in its
+    environment; pipes are always text."""
     assert text, "a preloaded process's pipes are text streams"
-    return PreloadedProcess(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr, preload=preload)
+    return PreloadedProcess(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr, preload=preload,
+                            import_env=import_env)
 
 
 def preloaded_run(argv: Sequence[str], *, cwd: str | Path, env: dict[str, str], timeout: float | None = None,
-                  preload: tuple[str, ...] = RECIPES) -> subprocess.CompletedProcess:
+                  preload: tuple[str, ...] = RECIPES,
+                  import_env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)``, forked from the
-    server that imported ``preload``."""
+    server that imported ``preload`` with ``import_env`` in its environment."""
     with preloaded_popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         preload=preload) as process:
+                         preload=preload, import_env=import_env) as process:
         out, err = process.communicate(timeout=timeout)
         return subprocess.CompletedProcess(list(argv), process.returncode, out, err)

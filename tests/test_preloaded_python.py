@@ -129,4 +129,4 @@ def test_a_worker_that_torchrun_starts_is_forked_from_the_server_in_a_session_of
     (line,) = [line for line in out.splitlines() if line.strip()]
     parent, leads_session, local_rank, world_size = line.split()
     assert (leads_session, local_rank, world_size) == ("True", "0", "1")
-    assert int(parent) == _Server.started[RECIPES][0].pid  # not torchrun's child: forked by the server, as torchrun was
+    assert int(parent) == _Server.started[(RECIPES, ())][0].pid  # not torchrun's child: forked by the server, as torchrun was

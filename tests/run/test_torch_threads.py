@@ -8,7 +8,6 @@ recipes pinned the count a clone on a 1-core or an 8-core machine got other numb
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 import torch
 
 from recipes.cli import main
-from tests.conftest import CONFIGS, REPO, SPIRAL
+from tests.conftest import CONFIGS, REPO, SPIRAL, recipes_env
 
 DIGITS = CONFIGS / "digits_convnet.yaml"
 
@@ -47,13 +46,17 @@ def test_a_thread_count_below_one_is_one_line(workdir, capsys):
 
 
 def _fit_digits(directory: Path, omp_threads: int, extra: list[str]) -> dict[str, torch.Tensor]:
+    """The digits recipe for 2 epochs in a process whose torch was imported with ``OMP_NUM_THREADS=omp_threads`` (a
+    machine with that many cores: torch sizes its thread pool at import), forked from a preloaded Python started so."""
+    from tests.preloaded_python import preloaded_run
+
     directory.mkdir()
     (directory / "data").symlink_to(REPO / "data")
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env["OMP_NUM_THREADS"] = str(omp_threads)  # a machine with this many cores
+    machine = {"OMP_NUM_THREADS": str(omp_threads)}
     command = [sys.executable, "-m", "recipes", "fit", "-c", str(DIGITS), "--trainer.max_epochs", "2",
                "--mlflow_model", "false", "--system_metrics_interval", "0", *extra]
-    subprocess.run(command, cwd=directory, env=env, check=True, capture_output=True, timeout=600)
+    out = preloaded_run(command, cwd=directory, env={**recipes_env(), **machine}, timeout=600, import_env=machine)
+    assert out.returncode == 0, out.stderr[-3000:]
     (last,) = directory.glob("checkpoints/*/*/last.ckpt")
     return torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
 
