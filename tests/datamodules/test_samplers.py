@@ -125,9 +125,9 @@ def _ddp_worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.slow  # 2 spawned interpreters each import torch + Lightning (~7 s CPU each): 9-40 s on 2 busy cores
 def test_class_balanced_sampler_under_two_process_ddp(tmp_path: Path):
-    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    # two processes forked from this one (spawned interpreters would each import torch and Lightning again: ~8 CPU-s)
+    mp.start_processes(_ddp_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True, start_method="fork")
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     per_rank = math.ceil(DDP_TOTAL / 2)
     for r, result in enumerate(ranks):

@@ -122,7 +122,7 @@ def test_a_bad_sweep_file_is_one_line(workdir, capsys, content, message):
     (workdir / "space.yaml").write_text(content)
     assert sweep("--n_trials", "1", sweep_file=workdir / "space.yaml") == 2
     err = capsys.readouterr().err
-    assert f"recipes sweep: error: sweep: " in err or "recipes sweep: error:" in err
+    assert "recipes sweep: error:" in err
     assert message in err and not (workdir / "optuna.db").exists()
 
 
@@ -173,11 +173,13 @@ def test_ctrl_c_ends_the_trial_and_the_sweep_and_the_same_command_continues(work
 @pytest.mark.slow
 def test_under_ddp_rank_0_samples_every_process_trains_the_same_values_in_one_run(workdir):
     from tests.conftest import recipes_env
+    from tests.preloaded_python import preloaded_run
 
     command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(SWEEP),
                "-c", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.accelerator", "cpu", "--trainer.devices", "2",
                "--trainer.max_epochs", "2", "--data.init_args.n_samples", "600", "--n_trials", "2"]
-    out = subprocess.run(command, cwd=workdir, env=recipes_env(), capture_output=True, text=True, timeout=420)
+    # rank 0 forked from the preloaded Python, and rank 1, which Lightning's launcher starts, forked from it too
+    out = preloaded_run(command, cwd=workdir, env=recipes_env(), timeout=420)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = out.stdout.splitlines()
     leader = {int(l.split("trial ")[1].split(":")[0]): json.loads(l[l.index("{"):]) for l in lines
