@@ -83,6 +83,10 @@ class RunCheckpoint(ModelCheckpoint):
         self.root = Path(root)
         self.experiment = experiment
         self.every_n_steps = every_n_steps
+        # a step or time trigger: only then can Lightning's per-batch hook save (its check costs ~10 us a batch)
+        self.saves_within_epochs = (kwargs.get("every_n_train_steps") or 0) >= 1 or (
+            kwargs.get("train_time_interval") is not None
+        )
         self.resumed_from = resumed_from
         self._resumed_state: dict[str, Any] | None = None  # the state to load on resume, re-pointed to dirpath
         self._saving_at: tuple[int, int] | None = None  # (epoch, step) of the hook that may save now
@@ -104,6 +108,8 @@ class RunCheckpoint(ModelCheckpoint):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if not self.saves_within_epochs:
+            return  # no every_n_train_steps and no train_time_interval: Lightning's hook would save nothing here
         if self.every_n_steps is not None and epoch_batches_done(trainer):
             return  # the epoch's last batch: last.ckpt is written after its validation (or at the epoch's end)
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
