@@ -176,7 +176,6 @@ def child(request, fds):
     if rank_zero is not None:  # Lightning reads the process's rank once, at import: the first of these that is set
         keys = [key for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK") if key in os.environ]
         rank_zero.rank_zero_only.rank = int(os.environ[keys[0]]) if keys else 0
-    fork_launched_ranks()
     if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS (random reseeds by itself)
         sys.modules["numpy"].random.seed()
     code = 0
@@ -216,6 +215,7 @@ def child(request, fds):
     os._exit(code & 0xFF)
 
 
+fork_launched_ranks()  # once, here: every forked process inherits the patched launchers
 waiting = {}  # pid -> the connection that waits for its exit status
 parent = os.getppid()
 while os.getppid() == parent:  # the test process that started this server is gone: so is the server
