@@ -237,6 +237,11 @@ def raw_examples_of(datamodule: Any) -> Any:
     return datamodule.raw_examples() if isinstance(datamodule, TableRows) else None
 
 
+def data_state_of(datamodule: Any) -> dict[str, Any]:
+    """The data module's fitted state (``state_dict()``), ``{}`` for one without ``state_dict``."""
+    return datamodule.state_dict() if hasattr(datamodule, "state_dict") else {}
+
+
 def load_data_state(datamodule: Any, state: dict[str, Any]) -> None:
     """Load a checkpoint's data state into the data module (nothing for one without ``load_state_dict``)."""
     if isinstance(datamodule, DataState):
@@ -261,7 +266,7 @@ def settings_outside_split(data_class: Any) -> frozenset[str]:
 __all__ = [
     "BatchSize", "ClassNames", "DATA_SIZES", "DataFile", "DataFolder", "DataState", "IdName", "LOADER_SETTINGS",
     "NEW_DATA_SETTINGS", "PredictionIds", "PredictsNewData", "SettingsOutsideSplit", "SplitDatasets", "SplitSizes",
-    "TableRows", "batch_size_of", "class_names_of", "data_size", "id_name_of", "load_data_state",
+    "TableRows", "batch_size_of", "class_names_of", "data_size", "data_state_of", "id_name_of", "load_data_state",
     "loader_settings_of", "new_data_of", "new_data_settings_of", "prediction_ids_of", "predicts_new_data",
     "raw_examples_of", "settings_outside_split", "source_paths_of", "split_datasets_of", "split_rows_of",
     "split_sizes_of", "SplitRows",

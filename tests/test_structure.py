@@ -493,3 +493,41 @@ def test_no_module_imports_from_a_package_init():
 def test_at_most_12_modules_at_the_top_of_recipes():
     top = sorted(p.name for p in (REPO / "recipes").glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules at the top of recipes/ (concept folders): {top}"
+
+
+# --- the written contract between recipes and the tasks and data modules (issue 29, point 3) ----------------------
+# the names recipes/ gives a task or a data module it is handed
+CONTRACT_RECEIVERS = {"datamodule", "data_module", "dm", "pl_module", "module", "task"}
+
+
+def contract_members() -> set[str]:
+    """Every member the two contract modules name: their Protocols' attributes and methods, and the data sizes."""
+    import inspect
+
+    import datamodules.recipe_contract as data_contract
+    import lightning_modules.recipe_contract as task_contract
+
+    names = set(data_contract.DATA_SIZES)
+    for module in (data_contract, task_contract):
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if getattr(cls, "_is_protocol", False) and cls.__module__ == module.__name__:
+                names |= set(getattr(cls, "__annotations__", {}))
+                names |= {name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")}
+    return names
+
+
+def test_no_getattr_probe_of_a_contract_member_in_recipes():
+    """recipes/ asks a task or data module for a member of the contract through the contract's accessors
+    (``data_size``, ``data_state_of``, ...), never ``getattr``/``hasattr`` with the member's name."""
+    members = contract_members()
+    assert {"image_size", "state_dict", "prediction_ids", "expected_initial_loss"} <= members
+    found = []
+    for path in sorted((REPO / "recipes").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id in CONTRACT_RECEIVERS
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in members):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {ast.unparse(node)}")
+    accessors = "datamodules/recipe_contract.py or lightning_modules/recipe_contract.py"
+    assert not found, f"use the contract's accessor ({accessors}):\n" + "\n".join(found)

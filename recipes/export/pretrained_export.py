@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from datamodules.recipe_contract import class_names_of
+from datamodules.recipe_contract import class_names_of, data_size, data_state_of
 from lightning_modules.models import HFImageClassifier, HFSequenceClassifier
 from lightning_modules.models.hf import import_transformers
 
@@ -74,7 +74,7 @@ def name_labels(config: Any, class_names: Any, num_labels: int) -> None:
 def image_processor_of(datamodule: Any) -> Any:
     """The image processor of the data module's training preprocessing (see the module's docstring)."""
     transformers = import_transformers("recipes export")
-    state = datamodule.state_dict() if hasattr(datamodule, "state_dict") else {}
+    state = data_state_of(datamodule)
     record = state.get("image_processor")
     if record:
         name = str(record.get("class"))
@@ -91,7 +91,7 @@ def image_processor_of(datamodule: Any) -> Any:
             "fine-tune with channels: 3 to export"
         )
     mean, std = state.get("mean"), state.get("std")
-    size = getattr(datamodule, "image_size", None)
+    size = data_size(datamodule, "image_size")
     if mean is None or std is None or size is None:
         raise ExportError(
             f"{type(datamodule).__name__} has no image preprocessing to export (image_size and the train mean/std "

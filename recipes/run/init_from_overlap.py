@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from datamodules.recipe_contract import (
+    data_state_of,
     load_data_state,
     settings_outside_split,
     source_paths_of,
@@ -144,8 +145,8 @@ def rebuilt_training_rows(datamodule: Any, trained: Mapping[str, Any]) -> Any:
     with warnings.catch_warnings():  # the rebuild's warnings were the starting run's (and this run's) already
         warnings.simplefilter("ignore")
         rebuilt = type(datamodule)(**rebuild_arguments(datamodule, trained))
-        if split_rows_of(datamodule) is None and hasattr(datamodule, "state_dict"):
-            load_data_state(rebuilt, datamodule.state_dict())  # this run's encoding: equal rows encode alike
+        if split_rows_of(datamodule) is None:
+            load_data_state(rebuilt, data_state_of(datamodule))  # this run's encoding: equal rows encode alike
         rebuilt.setup("fit")
     return rebuilt
 
