@@ -20,12 +20,11 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
-from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place
+from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place, skip_batch_hooks
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
 from lightning_modules.evaluation_loss import MeanLoss
-from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way
-from lightning_modules.gradient_clipping import clips_under_a_grad_scaler
+from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way, clips_under_a_grad_scaler
 from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
 from lightning_modules.optim import Constant, Schedule, apply_lr_factors, fused_if_cuda, total_optimizer_steps
@@ -268,7 +267,8 @@ class Task(LightningModule):
         checkpoint[TRAIN_METRIC_STATE] = epoch_metric_state(self.train_metrics, self.metric_updates["train"])
 
     def configure_callbacks(self) -> list[Callback]:
-        return [*self.fine_tuning.callbacks(), PlateauStep()]  # PlateauStep: plateau steps before the checkpoints
+        # PlateauStep: plateau steps before the checkpoints; Lightning skips their batch hooks that are its no-ops
+        return [skip_batch_hooks(callback) for callback in (*self.fine_tuning.callbacks(), PlateauStep())]
 
     def train(self, mode: bool = True) -> Task:
         super().train(mode)

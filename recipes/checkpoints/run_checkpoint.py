@@ -11,7 +11,7 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lightning_modules.compat import checkpoint_state_key, epoch_batches_done
+from lightning_modules.compat import checkpoint_state_key, epoch_batches_done, skip_batch_hooks
 from recipes.checkpoints.resumed_best import ResumedBest, describe_resume, fetch_from_store, repointed, restore_best
 from recipes.tracking.logger import find_mlflow_logger
 from recipes.tracking.tracked_run import tracked_run
@@ -87,6 +87,8 @@ class RunCheckpoint(ModelCheckpoint):
         self.saves_within_epochs = (kwargs.get("every_n_train_steps") or 0) >= 1 or (
             kwargs.get("train_time_interval") is not None
         )
+        # Lightning then skips the batch hooks of this callback, even its per-batch check (none without a trigger)
+        skip_batch_hooks(self, ("on_train_batch_end",) if self.saves_within_epochs else ())
         self.resumed_from = resumed_from
         self._resumed_state: dict[str, Any] | None = None  # the state to load on resume, re-pointed to dirpath
         self._saving_at: tuple[int, int] | None = None  # (epoch, step) of the hook that may save now

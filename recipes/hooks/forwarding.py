@@ -21,6 +21,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from lightning_modules.compat import BATCH_HOOKS, skip_batch_hooks
+
 # the hooks a ForwardingCallback forwards: every ``on_*`` hook of Lightning's Callback, ``setup`` and ``teardown``
 HOOKS: tuple[str, ...] = tuple(
     name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown")
@@ -65,6 +67,13 @@ class ForwardingCallback(Callback):
         self.hook_calls: dict[str, tuple[Callable[..., Any], ...]] = {
             name: tuple(hooks) for name, hooks in calls.items()
         }
+        self.skip_empty_batch_hooks()
+
+    def skip_empty_batch_hooks(self) -> None:
+        """Make Lightning skip the batch hooks that forward to nothing (and that a subclass does not override): they
+        would cost a profiled call apiece at every batch. Called again whenever ``hook_calls`` is rebuilt."""
+        own = defined_hooks(self, ForwardingCallback)
+        skip_batch_hooks(self, [name for name in BATCH_HOOKS if self.hook_calls[name] or name in own])
 
 
 def _forwarder(name: str) -> Callable[..., None]:

@@ -78,6 +78,7 @@ class CallbackGroup(ForwardingCallback):
                 elif forwarding:
                     calls[name].extend(member.hook_calls[name])
         self.hook_calls = {name: tuple(found) for name, found in calls.items()}
+        self.skip_empty_batch_hooks()
 
     @property
     def state_key(self) -> str:

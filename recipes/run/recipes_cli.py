@@ -26,7 +26,7 @@ import datamodules  # noqa: F401  (registers the data modules for short class na
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
 from datamodules.recipe_contract import new_data_settings_of, predicts_new_data, settings_outside_split
 from lightning_modules.recipe_contract import monitor_mode_of, monitor_of
-from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook
+from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook, skip_batch_hooks
 from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
@@ -291,7 +291,12 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         plugins = with_atomic_checkpoint_io(built.get("plugins"), built.get("strategy"))
         if plugins is not None:
             kwargs.setdefault("plugins", plugins)
+        given = built.get("callbacks") or []  # the user's (Lightning adds the others to this same list)
+        given = list(given) if isinstance(given, list) else [given]
         trainer = super().instantiate_trainer(**kwargs)
+        for callback in trainer.callbacks:  # the recipe's and Lightning's own: their no-op batch hooks are skipped
+            if not any(callback is user for user in given):
+                skip_batch_hooks(callback)
         extra = {ALLOW_TAG: "; ".join(c.tag() for c in self.data_changes)} if self.data_changes else {}
         if not (self.subcommand == "fit" and cfg.get("ckpt_path")):  # a resumed run keeps its first description
             extra.update(describe_command(str(self.subcommand), self.command_args))

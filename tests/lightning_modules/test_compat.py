@@ -360,6 +360,43 @@ def test_checkpoint_state_key_is_what_lightning_stores() -> None:
     assert key == callback.state_key, upgrade_message("checkpoint_state_key")
 
 
+@probes("skip_batch_hooks")
+def test_skip_batch_hooks_makes_lightning_skip_them_without_a_profiled_call(tmp_path: Path) -> None:
+    from lightning.pytorch.profilers import PassThroughProfiler
+
+    class Recording(PassThroughProfiler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.actions: list[str] = []
+
+        def start(self, action_name: str) -> None:
+            self.actions.append(action_name)
+
+    class Counting(Callback):
+        def __init__(self) -> None:
+            self.ends = 0
+
+        def on_train_batch_end(self, *args) -> None:
+            self.ends += 1
+
+    plain, counting = Callback(), Counting()
+    compat.skip_batch_hooks(plain)
+    compat.skip_batch_hooks(counting)  # keeps the hook its class overrides
+    assert counting.on_train_batch_end is not None and plain.on_train_batch_end is None
+    trainer = tiny_trainer(tmp_path, callbacks=[plain, counting])
+    trainer.profiler = profiler = Recording()
+    trainer.fit(BoringModel())
+    message = upgrade_message("skip_batch_hooks")
+    assert counting.ends == 4, message
+    batch_hooks = [a for a in profiler.actions if a.startswith("[Callback]") and a.rsplit(".", 1)[1] in compat.BATCH_HOOKS]
+    assert batch_hooks and all(a.endswith("Counting.on_train_batch_end") for a in batch_hooks), message
+    assert "[Callback]Callback.on_train_start" in profiler.actions, message  # the other hooks still run
+    compat.skip_batch_hooks(counting, needed=())  # and back: an explicit list restores the class's hook
+    assert counting.on_train_batch_end is None
+    compat.skip_batch_hooks(counting, needed=("on_train_batch_end",))
+    assert counting.on_train_batch_end.__func__ is Counting.on_train_batch_end
+
+
 @probes("mlflow_logger_*")
 def test_mlflow_logger_private_state(tmp_path: Path) -> None:
     logger = MLFlowLogger(

@@ -189,3 +189,55 @@ def test_a_group_calls_each_hook_on_the_members_that_define_it_in_order():
     assert CallbackGroup([First(), Stateful()]).stateful
     with pytest.raises(ValueError, match="more than one member keeps checkpoint state under .*Stateful"):
         CallbackGroup([Stateful(), First(), Stateful()])
+
+
+def test_lightning_calls_only_the_batch_hooks_that_do_something_and_every_hook_of_the_users_callbacks(
+    workdir, monkeypatch
+):
+    # issue 32: Lightning calls every batch hook of every callback inside a profiler context (~3 us apiece, six per
+    # training step per callback, whether the hook does anything or not); the recipe's and Lightning's own callbacks
+    # skip the ones that do nothing, a user's callback is called as Lightning always calls it
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.profilers import PassThroughProfiler
+
+    from lightning_modules.compat import BATCH_HOOKS
+
+    class Recording(PassThroughProfiler):
+        actions: list[str] = []
+
+        def start(self, action_name: str) -> None:
+            Recording.actions.append(action_name)
+
+    class UsersCallback(Callback):  # overrides none of the batch hooks
+        pass
+
+    users = UsersCallback()
+    original = cli.RecipesCLI.instantiate_trainer
+
+    def with_recording_profiler(self, **kwargs):
+        self.config_init[self.subcommand]["trainer"]["callbacks"] = [users]
+        trainer = original(self, **kwargs)
+        trainer.profiler = Recording()
+        return trainer
+
+    monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", with_recording_profiler)
+    cli.main(["fit", "-c", str(SPIRAL), "--trainer.max_steps", "3", "--trainer.limit_val_batches", "2",
+              "--checkpoint_every_n_steps", "2"])
+    called: dict[str, set[str]] = {}
+    for action in Recording.actions:
+        owner, _, hook = action.rpartition(".")
+        if action.startswith("[Callback]") and hook in BATCH_HOOKS:
+            name = owner.removeprefix("[Callback]").split("{")[0].split("[")[0].rpartition(".")[2]
+            called.setdefault(name, set()).add(hook)
+    train_hooks = {"on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+                   "on_before_zero_grad", "on_train_batch_end"}
+    assert called.pop("UsersCallback") == train_hooks | {"on_validation_batch_start", "on_validation_batch_end"}
+    # the group: its members' own (the loop doctor's step checks, batch timer and mode check, the signal stop, ...)
+    assert called.pop("CallbackGroup") == {"on_train_batch_start", "on_before_backward", "on_before_optimizer_step",
+                                           "on_train_batch_end", "on_validation_batch_start",
+                                           "on_validation_batch_end"}
+    # the writer of last.ckpt every 2 steps checks its trigger after each batch; the other checkpoint never does
+    assert called.pop("RunCheckpoint") == {"on_train_batch_end"}
+    assert called == {}  # RunRecord, the model summary, PlateauStep, early stopping: no batch hook is called
+    steps = [a for a in Recording.actions if a.endswith(".on_train_batch_end") and "RunCheckpoint" in a]
+    assert len(steps) == 3  # one of the two checkpoints, at each of the 3 steps
