@@ -29,7 +29,7 @@ from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
 from lightning_modules.optim import Constant, Schedule, apply_lr_factors, fused_if_cuda, total_optimizer_steps
 from lightning_modules.plateau_step import PlateauStep, plateau_step_taken
-from lightning_modules.read_steps import is_last_evaluation_batch, train_values_read_now
+from lightning_modules.read_steps import is_last_evaluation_batch, train_metrics_read_now, train_values_read_now
 from lightning_modules.stage_metrics import stage_metrics
 from lightning_modules.step_output import StepOutput, initial_loss_wording
 from lightning_modules.train_step_logging import TrainStepLogging
@@ -282,7 +282,8 @@ class Task(LightningModule):
         updates.add(out.outputs, out.targets)
         if stage == "train":
             if self._train_values_read_now():
-                updates.flush()
+                if train_metrics_read_now(attached_trainer(self)):  # epoch values: not read at a logging step
+                    updates.flush()
                 self.train_step_logging.step_read(attached_trainer(self), out.loss)
         else:
             if self._last_evaluation_batch(batch_idx):
@@ -290,12 +291,9 @@ class Task(LightningModule):
             weight = out.batch_size if out.loss_weight is None else out.loss_weight
             getattr(self, f"{stage}_loss_metric").update(self.evaluation_loss(out), weight)
         if batch_idx == 0 or not self._metrics_logged.get(stage):
-            # The metric objects are handed to self.log once per epoch: Lightning keeps the reference, computes and
-            # resets them at the epoch's end as usual, and skips its per-call bookkeeping (moving the logged Metric's
-            # whole state to the device), which cost more than a small network's step. "Once" is the first batch of
-            # each epoch and dataloader (batch_idx 0), or the first batch after the epoch-start hooks reset the flag
-            # (a resumed epoch starts at a later batch_idx); either alone suffices, so a subclass that overrides an
-            # epoch-start hook without super() still logs its metrics every epoch.
+            # The metrics go to self.log once per epoch (Lightning keeps the reference, computes and resets them at the
+            # epoch's end; each call costs more than a small network's step): at batch_idx 0 of each epoch and loader,
+            # or the first batch after the epoch-start hooks reset the flag (a resumed epoch starts later).
             self._metrics_logged[stage] = True
             if stage != "train":  # a Metric like the collection: synced over the ranks, computed and reset by Lightning
                 self.log(f"{stage}/loss", getattr(self, f"{stage}_loss_metric"), on_step=False, on_epoch=True,
@@ -312,7 +310,6 @@ class Task(LightningModule):
     def _train_values_read_now(self) -> bool:
         """Whether this training step's values are read (``read_steps.train_values_read_now``)."""
         return train_values_read_now(attached_trainer(self))
-
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trainer.should_stop:  # set during this batch (a signal, a callback): the epoch ends here
             self.metric_updates["train"].flush()

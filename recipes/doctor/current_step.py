@@ -278,6 +278,14 @@ class CurrentStep(DoctorPart):
 
 def read_values(kept: list[KeptStep]) -> list[tuple[float | None, float | None]]:
     """(mean loss, gradient norm) of each kept step, read back to the host in one transfer."""
+    losses = [step.loss for step in kept]
+    norms = [step.gradient_norm for step in kept]
+    present = [t for t in losses + norms if t is not None]
+    if present and all(t.ndim == 0 and t.dtype == present[0].dtype and t.device == present[0].device for t in present):
+        # the usual case, 0-d values of one dtype: one stack and one conversion instead of two operations per value
+        values = iter(torch.stack([t.detach() for t in present]).double().tolist())
+        read = [None if t is None else next(values) for t in losses + norms]
+        return list(zip(read[: len(kept)], read[len(kept) :]))
     tensors: list[Tensor] = []
     slots: list[tuple[int | None, int | None]] = []
     for step in kept:
