@@ -96,14 +96,15 @@ def quiet() -> Iterator[None]:
             lg.setLevel(level)
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time, "thread": time.thread_time}
 _clock = time.perf_counter
 
 
 def set_clock(name: str) -> None:
-    """Time with the wall clock (default) or this process's CPU time (``cpu``: robust on a machine shared with other
+    """Time with the wall clock (default), this process's CPU time (``cpu``: robust on a machine shared with other
     busy processes when torch runs 1 thread and loaders run in the main process, but blind to waiting, e.g. for
-    disk writes or a GPU)."""
+    disk writes or a GPU) or the calling thread's CPU time (``thread``: the training loop's own work, with 1 torch
+    thread; it leaves out background threads such as MLflow's writer, which ``logging_overhead.py`` measures)."""
     global _clock
     _clock = CLOCKS[name]
 
@@ -234,6 +235,21 @@ def peak_rss_bytes() -> int:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) * (1 if sys.platform == "darwin" else 1024)
+
+
+def epoch_rates(epochs: list[tuple[int, float, int, int]], skip: int = 1) -> list[float]:
+    """Samples per second of each epoch after the first ``skip`` (a noisy machine slows some epochs, never speeds
+    one up: the fast epochs, e.g. the 90th percentile, show the loop's own cost)."""
+    timed = epochs[skip:] if len(epochs) > skip else epochs
+    return [e[2] / e[1] for e in timed if e[1] > 0]
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank; NaN when empty)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def throughput(epochs: list[tuple[int, float, int, int]], skip: int = 1) -> tuple[float, int, float]:

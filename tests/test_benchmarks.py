@@ -41,12 +41,28 @@ def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
     assert "spiral: recipe / limit = " in out and "spiral: recipe / seeds = " in out
     assert "spiral: recipe / bare = " in out  # the headline: what loopwise adds on top of Lightning
     data = json.loads(out_json.read_text())
-    assert {r["ratio"] for r in data["rows"]} == {"recipe / bare", "recipe / limit", "recipe / seeds", "ms per step"}
+    assert {r["ratio"] for r in data["rows"]} == {
+        "recipe / bare", "recipe / limit", "recipe / seeds", "ms per step",
+        "recipe / bare (fast epochs)", "recipe / limit (fast epochs)", "recipe / seeds (fast epochs)",
+    }
+    assert "spiral: recipe / bare over the fast epochs (90th percentile of per-epoch samples/s, 1 epochs each) = " in out
     breakdown = next(r for r in data["rows"] if r["ratio"] == "ms per step")
     assert breakdown["detail"].startswith("bare ") and "task, callbacks and logging steps" in breakdown["detail"]
     assert "spiral: per step bare " in out
     rates = data["samples_per_s"]["spiral"]
     assert set(rates) == {"limit", "seeds", "bare", "recipe"} and all(r > 0 for r in rates.values())
+
+
+def test_step_costs_tiny_times_lightnings_actions_and_the_recipes_calls(bench, capsys):
+    bench("step_costs.py").main(["--epochs", "2", "--rounds", "1", "--top", "60"])
+    out = capsys.readouterr().out
+    rows = {line.split("  ")[-1].strip(): line.split() for line in out.splitlines() if line.startswith(" " * 11)}
+    assert float(rows["[LightningModule]optimizer_step"][0]) > 0 and float(rows["[LightningModule]optimizer_step"][1]) > 0
+    assert any(name.startswith("group member CurrentStep.on_before_optimizer_step") for name in rows)
+    assert any(name.startswith("the network and the loss") for name in rows)
+    total = next(line for line in out.splitlines() if "run_training_batch: a training batch" in line)
+    bare, recipe = (float(x) for x in total.split()[1:3])
+    assert 0 < bare and 0 < recipe and "recipe / bare" in total
 
 
 def test_the_three_loops_train_the_same_thing(bench):
