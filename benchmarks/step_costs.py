@@ -2,9 +2,10 @@
 
     python benchmarks/step_costs.py                    # the spiral MLP, 3 rounds of 40 epochs each
     python benchmarks/step_costs.py --epochs 80 --rounds 5 --top 40
+    python benchmarks/step_costs.py --model mlp784 --epochs 8 --rounds 2
 
 One bare-Lightning fit and one ``recipes fit`` of the same model, data, optimizer, schedule and clipping as
-``overhead.py`` (1 torch thread), each with a profiler (Lightning's public ``Profiler`` interface) that times every
+``overhead.py`` (the spiral MLP, or ``--model mlp784``; 1 torch thread), each with a profiler (Lightning's public ``Profiler`` interface) that times every
 action Lightning names around a hook (``[Callback]CallbackGroup.on_train_batch_start``,
 ``[LightningModule]ClassificationModule.optimizer_step``, ``[Strategy]SingleDeviceStrategy.training_step``, ...) with
 the training thread's CPU clock, plus the members of the recipe's callback group one by one and the recipe's own
@@ -126,7 +127,7 @@ def profiler_and_switch() -> tuple[Any, Any]:
     return ThreadTimeProfiler(), TimedBatches()
 
 
-def measure(loop: str, epochs: int, workdir: Path) -> dict[str, float]:
+def measure(loop: str, epochs: int, workdir: Path, model: str = "spiral") -> dict[str, float]:
     """Microseconds per timed training step of every action and call, for ``loop`` ("bare" or "recipe")."""
     import lightning.pytorch as pl
 
@@ -145,7 +146,7 @@ def measure(loop: str, epochs: int, workdir: Path) -> dict[str, float]:
     pl.Trainer.fit = fit_with_timers  # type: ignore[method-assign]
     undo = patch_recipe_calls() if loop == "recipe" else (lambda: None)
     try:
-        work = workloads(False)["spiral"]
+        work = workloads(False)[model]
         if loop == "bare":
             run_bare(work, epochs)
         else:
@@ -176,18 +177,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=40, help="epochs per fit (the first is not timed)")
     parser.add_argument("--top", type=int, default=45, help="rows to print")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved bare and recipe fits")
+    parser.add_argument("--model", choices=["spiral", "mlp784"], default="spiral", help="overhead.py's workload")
     args = parser.parse_args(argv)
     import torch
 
     set_threads(1)
     torch.use_deterministic_algorithms(True)  # the spiral recipe sets deterministic: true
-    print(f"step_costs: {machine()}, training thread's CPU time, spiral MLP, {args.epochs} epochs per fit")
+    print(f"step_costs: {machine()}, training thread's CPU time, {args.model}, {args.epochs} epochs per fit")
     rounds: dict[str, list[dict[str, float]]] = {"bare": [], "recipe": []}
     with tempfile.TemporaryDirectory() as tmp, quiet():
-        run_recipe(workloads(False)["spiral"], 2, Path(tmp) / "warmup", ["--torch_threads", "1"])
+        run_recipe(workloads(False)[args.model], 2, Path(tmp) / "warmup", ["--torch_threads", "1"])
         for round_ in range(args.rounds):  # interleaved; each figure is its least over the rounds (noise only adds)
             for loop in ("bare", "recipe"):
-                costs = measure(loop, args.epochs, Path(tmp) / f"{loop}-{round_}")
+                costs = measure(loop, args.epochs, Path(tmp) / f"{loop}-{round_}", args.model)
                 rounds[loop].append({common_name(k): v for k, v in costs.items()})
     bare, recipe = (least(rounds[loop]) for loop in ("bare", "recipe"))
     print(f"  the least of {args.rounds} interleaved rounds per row")

@@ -310,6 +310,7 @@ class Task(LightningModule):
     def _train_values_read_now(self) -> bool:
         """Whether this training step's values are read (``read_steps.train_values_read_now``)."""
         return train_values_read_now(attached_trainer(self))
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trainer.should_stop:  # set during this batch (a signal, a callback): the epoch ends here
             self.metric_updates["train"].flush()
