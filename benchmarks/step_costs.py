@@ -159,10 +159,15 @@ def measure(loop: str, epochs: int, workdir: Path, model: str = "spiral") -> dic
 
 
 def common_name(action: str) -> str:
-    """An action named the same for both loops (the module's class and the strategy's differ)."""
+    """An action named the same for both loops (the module's class and the strategy's differ); the callback group
+    without its members' names and a checkpoint without its identity (both are in the ``state_key``)."""
     for prefix in ("[LightningModule]", "[Strategy]"):
         if action.startswith(prefix):
             return prefix + action.rsplit(".", 1)[-1]
+    callback = "[Callback]"
+    if action.startswith(callback):
+        owner, _, hook = action[len(callback):].rpartition(".")
+        return f"{callback}{owner.split('[')[0].split('{')[0]}.{hook}"
     return action
 
 
