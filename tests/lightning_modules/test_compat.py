@@ -391,6 +391,9 @@ def test_skip_batch_hooks_makes_lightning_skip_them_without_a_profiled_call(tmp_
     batch_hooks = [a for a in profiler.actions if a.startswith("[Callback]") and a.rsplit(".", 1)[1] in compat.BATCH_HOOKS]
     assert batch_hooks and all(a.endswith("Counting.on_train_batch_end") for a in batch_hooks), message
     assert "[Callback]Callback.on_train_start" in profiler.actions, message  # the other hooks still run
+    own = Callback()
+    own.on_train_batch_start = lambda *args: None  # a hook set on the instance is kept
+    assert compat.skip_batch_hooks(own).on_train_batch_start is not None and own.on_train_batch_end is None
     compat.skip_batch_hooks(counting, needed=())  # and back: an explicit list restores the class's hook
     assert counting.on_train_batch_end is None
     compat.skip_batch_hooks(counting, needed=("on_train_batch_end",))
