@@ -118,7 +118,8 @@ def run_raw(setting: str, size: dict[str, Any], device_name: str) -> list[tuple[
     import torch.nn.functional as F
 
     from lightning_modules.models import ConvNet
-    from lightning_modules.optim import WarmupCosine, fused_if_cuda, param_groups
+    from lightning_modules.optim import WarmupCosine, param_groups
+    from lightning_modules.optimizer_kernels import fused_where_supported
 
     device = torch.device(device_name)
     cuda = device.type == "cuda"
@@ -130,7 +131,7 @@ def run_raw(setting: str, size: dict[str, Any], device_name: str) -> list[tuple[
     bf16 = setting != "fp32" and cuda
     if bf16:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = fused_if_cuda(torch.optim.AdamW(param_groups(model), lr=0.002, weight_decay=0.05))
+    optimizer = fused_where_supported(torch.optim.AdamW(param_groups(model), lr=0.002, weight_decay=0.05))
     steps = (len(x) + size["batch"] - 1) // size["batch"]
     scheduler = WarmupCosine(warmup_fraction=0.05).build(optimizer, steps * size["epochs"], "", "min")["scheduler"]
     net = torch.compile(model) if setting == "compile" else model
@@ -218,9 +219,10 @@ class BareModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         import torch
 
-        from lightning_modules.optim import WarmupCosine, fused_if_cuda, param_groups
+        from lightning_modules.optim import WarmupCosine, param_groups
+        from lightning_modules.optimizer_kernels import fused_where_supported
 
-        optimizer = fused_if_cuda(torch.optim.AdamW(param_groups(self.model), lr=0.002, weight_decay=0.05))
+        optimizer = fused_where_supported(torch.optim.AdamW(param_groups(self.model), lr=0.002, weight_decay=0.05))
         schedule = WarmupCosine(warmup_fraction=0.05).build(optimizer, self.total_steps, "", "min")
         return {"optimizer": optimizer, "lr_scheduler": schedule}
 

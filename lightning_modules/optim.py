@@ -8,7 +8,6 @@ optimizer and ``trainer.estimated_stepping_batches``, which already accounts for
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
@@ -17,7 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, OneCycleLR, ReduceLROnPlateau
 
-from lightning_modules.compat import BATCH_AND_INSTANCE_NORM, optimizer_has_stepped
+from lightning_modules.compat import BATCH_AND_INSTANCE_NORM
 
 NORM_LAYERS: tuple[type[nn.Module], ...] = (
     BATCH_AND_INSTANCE_NORM,
@@ -79,43 +78,6 @@ def apply_lr_factors(optimizer: Optimizer) -> Optimizer:
             group["lr"] = group["lr"] * factor
             group["lr_factor_applied"] = True
     return optimizer
-
-
-def fused_if_cuda(optimizer: Optimizer, device_type: str | None = None) -> Optimizer:
-    """The same optimizer rebuilt with ``fused=True`` when that is possible and was not chosen against.
-
-    Applies when every parameter is a floating-point tensor on ``device_type`` (default: the parameters' device,
-    and only ``cuda``), the optimizer class takes a ``fused`` argument (Adam, AdamW, SGD, ...), and its ``fused``
-    and ``foreach`` are unset (``None``). The rebuilt optimizer has the same class, parameter groups and
-    arguments; it has no state yet (this runs before the first step). Anything else returns ``optimizer``.
-    """
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    if not params:
-        return optimizer
-    device = params[0].device.type
-    if device_type is None and device != "cuda":
-        return optimizer
-    if device_type is not None and device != device_type:
-        return optimizer
-    if any(p.device.type != device or not p.is_floating_point() for p in params):
-        return optimizer
-    defaults = optimizer.defaults
-    if "fused" not in defaults or defaults.get("fused") is not None or defaults.get("foreach") is not None:
-        return optimizer
-    if optimizer_has_stepped(optimizer):
-        return optimizer
-    accepted = inspect.signature(type(optimizer).__init__).parameters
-    if "fused" not in accepted:
-        return optimizer
-    kwargs = {k: v for k, v in defaults.items() if k in accepted and k != "params"}
-    kwargs["fused"] = True
-    kwargs.pop("foreach", None)
-    groups = [{k: v for k, v in group.items() if k not in defaults or v != defaults[k] or k == "params"}
-              for group in optimizer.param_groups]
-    try:
-        return type(optimizer)(groups, **kwargs)
-    except (RuntimeError, ValueError, TypeError):  # e.g. a device or dtype the fused kernels do not support
-        return optimizer
 
 
 def warmup_cosine_factor(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:

@@ -27,7 +27,8 @@ from lightning_modules.evaluation_loss import MeanLoss
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way, clips_under_a_grad_scaler
 from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
-from lightning_modules.optim import Constant, Schedule, apply_lr_factors, fused_if_cuda, total_optimizer_steps
+from lightning_modules.optim import Constant, Schedule, apply_lr_factors, total_optimizer_steps
+from lightning_modules.optimizer_kernels import fused_where_supported, keep_kernel_on_load
 from lightning_modules.plateau_step import PlateauStep, plateau_step_taken
 from lightning_modules.read_steps import is_last_evaluation_batch, train_metrics_read_now, train_values_read_now
 from lightning_modules.stage_metrics import stage_metrics
@@ -67,8 +68,9 @@ class Task(LightningModule):
         layerwise_lr_decay: Factor per block, from the top, of the network's stack of blocks (0.75: the last block
             trains at 0.75x, the one below at 0.56x, the embeddings at 0.75**(n+1)x; the head at 1x).
 
-    On CUDA the optimizer is built with ``fused=True`` when its class supports it, the config leaves ``fused`` and
-    ``foreach`` unset (``fused: false`` keeps the default) and no 16-mixed GradScaler must unscale for clipping.
+    On CUDA and the CPU the optimizer is built with ``fused=True`` when its class supports it (Adam, AdamW, SGD,
+    Adagrad: one kernel for all parameters, 3-5x faster than torch's default on a CPU), the config leaves ``fused``
+    and ``foreach`` unset (``fused: false`` keeps the default) and no 16-mixed GradScaler must unscale for clipping.
 
     A training step reads nothing back to the host: ``train/loss`` goes to the loggers, callback metrics and
     progress bar (``TrainStepLogging``, without ``self.log``'s per-call bookkeeping) only on the steps whose values
@@ -380,8 +382,8 @@ class Task(LightningModule):
 
     def configure_optimizers(self) -> Any:
         optimizer = apply_lr_factors(self.optimizer(self.fine_tuning.param_groups(self)))
-        if not clips_under_a_grad_scaler(attached_trainer(self)):  # fp16 + clipping: Lightning must unscale before it clips
-            optimizer = fused_if_cuda(optimizer)
+        fuse = not clips_under_a_grad_scaler(attached_trainer(self))  # fp16 + clipping: Lightning unscales, then clips
+        optimizer = keep_kernel_on_load(fused_where_supported(optimizer) if fuse else optimizer)  # not the checkpoint's
         total_steps = None
         if self.schedule.needs_total_steps:
             total_steps = total_optimizer_steps(self.trainer.estimated_stepping_batches, self.schedule)

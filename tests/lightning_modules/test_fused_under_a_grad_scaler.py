@@ -1,6 +1,6 @@
 """Under ``16-mixed`` with gradient clipping the task keeps the optimizer unfused: Lightning unscales a GradScaler's
 gradients before it clips, which an optimizer that unscales inside its own step (``fused=True``, what the task builds
-on CUDA) does not allow. Measured on an H200: every recipe with ``gradient_clip_val`` under
+on CUDA and the CPU) does not allow. Measured on an H200: every recipe with ``gradient_clip_val`` under
 ``configs/trainer/gpu-fp16.yaml`` stopped at its first step ("AdamW does not allow for gradient clipping")."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_the_task_asks_for_a_fused_optimizer_only_when_no_grad_scaler_clips(tmp_
         asked.append(optimizer)
         return optimizer
 
-    monkeypatch.setattr(task_module, "fused_if_cuda", recording)
+    monkeypatch.setattr(task_module, "fused_where_supported", recording)
     L.seed_everything(0)
     x, y = torch.randn(32, 2), torch.randint(0, 3, (32,))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)

@@ -586,17 +586,18 @@ def test_warmup_not_shorter_than_the_run_fails_at_configure_time(schedule, warmu
     assert trainer.global_step == 0
 
 
-def test_fused_if_cuda_leaves_cpu_optimizers_alone_and_rebuilds_faithfully():
+def test_fused_where_supported_rebuilds_faithfully_and_keeps_an_explicit_choice():
     import torch
 
     from lightning_modules.models import MLP
-    from lightning_modules.optim import fused_if_cuda, param_groups
+    from lightning_modules.optim import param_groups
+    from lightning_modules.optimizer_kernels import fused_where_supported
 
     torch.manual_seed(0)
     net = MLP(4, 3)
     opt = torch.optim.AdamW(param_groups(net), lr=0.01, weight_decay=0.1)
-    assert fused_if_cuda(opt) is opt  # CPU parameters: automatic choice only on CUDA
-    fused = fused_if_cuda(opt, device_type="cpu")  # torch has fused Adam/AdamW kernels for CPU too
+    assert fused_where_supported(opt, device_type="cuda") is opt  # CPU parameters, CUDA asked for
+    fused = fused_where_supported(opt)  # torch has fused Adam/AdamW kernels for the CPU too
     assert type(fused) is torch.optim.AdamW and fused.defaults["fused"] is True
     assert [(g["name"], g["weight_decay"], g["lr"]) for g in fused.param_groups] == [
         ("decay", 0.1, 0.01),
@@ -614,10 +615,12 @@ def test_fused_if_cuda_leaves_cpu_optimizers_alone_and_rebuilds_faithfully():
     for a, b in zip(net.parameters(), twin.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
     # an explicit choice is kept
-    assert fused_if_cuda(torch.optim.AdamW(net.parameters(), fused=False), "cpu").defaults["fused"] is False
-    assert fused_if_cuda(torch.optim.AdamW(net.parameters(), foreach=True), "cpu").defaults["fused"] is None
+    assert fused_where_supported(torch.optim.AdamW(net.parameters(), fused=False), "cpu").defaults["fused"] is False
+    assert fused_where_supported(torch.optim.AdamW(net.parameters(), foreach=True), "cpu").defaults["fused"] is None
     rms = torch.optim.RMSprop(net.parameters())
-    assert fused_if_cuda(rms, "cpu") is rms  # no fused kernel
+    assert fused_where_supported(rms, "cpu") is rms  # no fused kernel
+    integers = torch.optim.SGD([torch.nn.Parameter(torch.ones(2)), torch.zeros(2, dtype=torch.long)], lr=0.1)
+    assert fused_where_supported(integers) is integers  # fused kernels take floating-point tensors only
 
 
 def test_a_one_cycle_warm_up_of_exactly_one_step_fails_at_configure_time_in_one_line():
