@@ -7,12 +7,14 @@
 Variants, each a fresh model from the same seed on the same data, optimizer (AdamW, two parameter groups), schedule
 (linear warmup + cosine, stepped per optimizer step) and gradient clipping (norm 1.0):
 
-  limit    a plain loop over batches sliced once before training (the compute limit)
+  limit    a plain loop over batches sliced once before training, with torch's fused AdamW (the compute limit)
   seeds    the seeds' loop: DataLoader(TensorDataset, shuffle=True), zero_grad, forward, loss, backward, clip, step
   bare     bare Lightning: a minimal LightningModule with the same MLP, optimizer groups, per-step schedule and
            ``gradient_clip_val=1.0`` on the same data module's loader; ``logger=False``, no checkpointing, progress
-           bar, model summary, validation or callbacks (only the timer). recipe / bare is the headline: what loopwise
-           adds per step on top of Lightning
+           bar, model summary, validation or callbacks (only the timer), and torch's default AdamW as a user writes
+           it. recipe / bare is the headline: what a run of the recipe costs per step against bare Lightning
+  barefused bare Lightning with the optimizer kernel the recipe picks (``fused_where_supported``: torch's fused
+           AdamW, on the CPU too): recipe / barefused is what loopwise's own code adds per step, like for like
   recipe   ``recipes fit`` in this process (``recipes.cli.main``) with MLflow logging on, the plan, the loop doctor,
            checkpoints and validation, as a user runs it
   nodoctor the recipe with the loop doctor's per-step checks off (non_finite, grad_norm, data_wait, mode): what
@@ -50,7 +52,8 @@ from typing import Any, Callable
 from _common import (REPO, LoopTimer, clock, epoch_rates, in_directory, machine, median, quantile, quiet, set_clock,
                      set_threads, synchronize, throughput)
 
-TARGETS = {"spiral": {"bare": 0.90, "limit": 0.8, "seeds": 1.0}, "mlp784": {"bare": 0.97, "limit": 0.95, "seeds": 1.0}}
+TARGETS = {"spiral": {"bare": 0.90, "barefused": 0.90, "limit": 0.8, "seeds": 1.0},
+           "mlp784": {"bare": 0.97, "barefused": 0.97, "limit": 0.95, "seeds": 1.0}}
 
 
 @dataclass
@@ -124,16 +127,20 @@ def workloads(quick: bool) -> dict[str, Workload]:
 
 
 # --- the two hand-written loops ------------------------------------------------------------------------------
-def build(work: Workload, steps_per_epoch: int, epochs: int) -> tuple[Any, Any, Any]:
-    """(model, optimizer, scheduler) as the recipe builds them: same init seed, groups, schedule formula."""
+def build(work: Workload, steps_per_epoch: int, epochs: int, fused: bool = False) -> tuple[Any, Any, Any]:
+    """(model, optimizer, scheduler) as the recipe builds them: same init seed, groups, schedule formula; the
+    optimizer with torch's default kernel, or with the one the recipe picks (``fused``)."""
     import torch
 
     from lightning_modules.models import MLP
     from lightning_modules.optim import WarmupCosine, param_groups
+    from lightning_modules.optimizer_kernels import fused_where_supported
 
     torch.manual_seed(0)
     model = MLP(work.in_features, work.classes, work.hidden)
     optimizer = torch.optim.AdamW(param_groups(model), lr=work.lr, weight_decay=work.weight_decay)
+    if fused:
+        optimizer = fused_where_supported(optimizer)
     schedule = WarmupCosine(warmup_fraction=work.warmup_fraction, min_lr_ratio=work.min_lr_ratio)
     scheduler = schedule.build(optimizer, steps_per_epoch * epochs, "val/loss", "min")["scheduler"]
     return model, optimizer, scheduler
@@ -154,7 +161,7 @@ def run_limit(work: Workload, epochs: int) -> list[tuple[int, float, int, int]]:
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     batches = [(x[order[i:i + work.batch_size]], y[order[i:i + work.batch_size]])
                for i in range(0, len(x), work.batch_size)]
-    model, optimizer, scheduler = build(work, len(batches), epochs)
+    model, optimizer, scheduler = build(work, len(batches), epochs, fused=True)
     model.train()
     out = []
     for epoch in range(epochs):
@@ -203,8 +210,9 @@ def run_seeds(work: Workload, epochs: int,
     return out
 
 
-def run_bare(work: Workload, epochs: int) -> list[tuple[int, float, int, int]]:
-    """Bare Lightning on the recipe's loader: the least a LightningModule does for the same training."""
+def run_bare(work: Workload, epochs: int, fused: bool = False) -> list[tuple[int, float, int, int]]:
+    """Bare Lightning on the recipe's loader: the least a LightningModule does for the same training (with torch's
+    default optimizer kernel, or the recipe's: ``fused``)."""
     import lightning.pytorch as pl
     import torch.nn.functional as F
 
@@ -213,7 +221,7 @@ def run_bare(work: Workload, epochs: int) -> list[tuple[int, float, int, int]]:
     dm = work.make_data()
     dm.setup("fit")
     loader = dm.train_dataloader()
-    model, optimizer, scheduler = build(work, len(loader), epochs)
+    model, optimizer, scheduler = build(work, len(loader), epochs, fused=fused)
 
     class Bare(pl.LightningModule):
         def __init__(self) -> None:
@@ -298,8 +306,8 @@ def measure(names: list[str], repeats: int, epochs: int, quick: bool, root: Path
                     epochs_run = run_limit(work, epochs)
                 elif variant == "seeds":
                     epochs_run = run_seeds(work, epochs)
-                elif variant == "bare":
-                    epochs_run = run_bare(work, epochs)
+                elif variant in ("bare", "barefused"):
+                    epochs_run = run_bare(work, epochs, fused=variant == "barefused")
                 else:
                     extra = {"nodoctor": NO_DOCTOR, "nomlflow": ["--trainer.logger", "false"]}.get(variant)
                     epochs_run = run_recipe(work, epochs, root / f"{name}-{variant}-{rep}", extra)
@@ -323,7 +331,7 @@ def report(results: dict[str, dict[str, list[float]]],
     print()
     for name, by_variant in results.items():
         recipe = median(by_variant.get("recipe", []))
-        for base in ("bare", "limit", "seeds"):
+        for base in ("bare", "barefused", "limit", "seeds"):
             if base not in by_variant or "recipe" not in by_variant:
                 continue
             ratio = recipe / median(by_variant[base])
@@ -353,15 +361,17 @@ def report(results: dict[str, dict[str, list[float]]],
 
 
 def step_breakdown(name: str, by_variant: dict[str, list[float]]) -> dict[str, Any] | None:
-    """Where the recipe's time per step goes beyond bare Lightning, from the medians (milliseconds per step): the
+    """Where the recipe's time per step goes beyond bare Lightning (with the recipe's optimizer kernel where the
+    ``barefused`` variant ran), from the medians (milliseconds per step): the
     loop doctor's per-step checks (recipe - nodoctor), MLflow tracking (recipe - nomlflow) and the rest (the task's
     own step, the recipe's callbacks, logging every ``log_every_n_steps``)."""
-    if not {"bare", "recipe"} <= set(by_variant):
+    base = "barefused" if by_variant.get("barefused") else "bare"  # like for like where measured
+    if not by_variant.get(base) or not by_variant.get("recipe"):
         return None
     batch = workloads(False)[name].batch_size
     ms = {v: 1000.0 * batch / median(rates) for v, rates in by_variant.items() if rates}
-    extra = ms["recipe"] - ms["bare"]
-    parts = [f"bare {ms['bare']:.3f} ms, recipe {ms['recipe']:.3f} ms (+{extra:.3f})"]
+    extra = ms["recipe"] - ms[base]
+    parts = [f"{base} {ms[base]:.3f} ms, recipe {ms['recipe']:.3f} ms ({extra:+.3f})"]
     rest = extra
     for other, what in (("nodoctor", "doctor"), ("nomlflow", "MLflow")):
         if other in ms:
@@ -391,8 +401,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (the first is not timed)")
     parser.add_argument("--variants", nargs="+",
-                        choices=["limit", "seeds", "bare", "recipe", "nodoctor", "nomlflow"],
-                        default=["limit", "seeds", "bare", "recipe", "nodoctor", "nomlflow"])
+                        choices=["limit", "seeds", "bare", "barefused", "recipe", "nodoctor", "nomlflow"],
+                        default=["limit", "seeds", "bare", "barefused", "recipe", "nodoctor", "nomlflow"])
     parser.add_argument("--quick", action="store_true", help="1 repetition, 3 epochs, 2,000 samples for the MLP")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one recipe run per model")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")

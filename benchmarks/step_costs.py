@@ -4,8 +4,8 @@
     python benchmarks/step_costs.py --epochs 80 --rounds 5 --top 40
     python benchmarks/step_costs.py --model mlp784 --epochs 8 --rounds 2
 
-One bare-Lightning fit and one ``recipes fit`` of the same model, data, optimizer, schedule and clipping as
-``overhead.py`` (the spiral MLP, or ``--model mlp784``; 1 torch thread), each with a profiler (Lightning's public ``Profiler`` interface) that times every
+One bare-Lightning fit and one ``recipes fit`` of the same model, data, optimizer (with the kernel the recipe picks,
+torch's fused AdamW: ``overhead.py``'s ``barefused``), schedule and clipping as ``overhead.py`` (the spiral MLP, or ``--model mlp784``; 1 torch thread), each with a profiler (Lightning's public ``Profiler`` interface) that times every
 action Lightning names around a hook (``[Callback]CallbackGroup.on_train_batch_start``,
 ``[LightningModule]ClassificationModule.optimizer_step``, ``[Strategy]SingleDeviceStrategy.training_step``, ...) with
 the training thread's CPU clock, plus the members of the recipe's callback group one by one and the recipe's own
@@ -148,7 +148,7 @@ def measure(loop: str, epochs: int, workdir: Path, model: str = "spiral") -> dic
     try:
         work = workloads(False)[model]
         if loop == "bare":
-            run_bare(work, epochs)
+            run_bare(work, epochs, fused=True)  # like for like: what loopwise's own code adds
         else:
             run_recipe(work, epochs, workdir, ["--torch_threads", "1"])
     finally:

@@ -36,21 +36,22 @@ def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
     overhead = bench("overhead.py")
     out_json = tmp_path / "overhead.json"
     overhead.main(["--quick", "--models", "spiral", "--epochs", "2", "--variants", "limit", "seeds", "bare",
-                   "recipe", "--json", str(out_json)])
+                   "barefused", "recipe", "--json", str(out_json)])
     out = capsys.readouterr().out
     assert "spiral: recipe / limit = " in out and "spiral: recipe / seeds = " in out
     assert "spiral: recipe / bare = " in out  # the headline: what loopwise adds on top of Lightning
     data = json.loads(out_json.read_text())
     assert {r["ratio"] for r in data["rows"]} == {
-        "recipe / bare", "recipe / limit", "recipe / seeds", "ms per step",
-        "recipe / bare (fast epochs)", "recipe / limit (fast epochs)", "recipe / seeds (fast epochs)",
+        "recipe / bare", "recipe / barefused", "recipe / limit", "recipe / seeds", "ms per step",
+        "recipe / bare (fast epochs)", "recipe / barefused (fast epochs)", "recipe / limit (fast epochs)",
+        "recipe / seeds (fast epochs)",
     }
     assert "spiral: recipe / bare over the fast epochs (90th percentile of per-epoch samples/s, 1 epochs each) = " in out
     breakdown = next(r for r in data["rows"] if r["ratio"] == "ms per step")
-    assert breakdown["detail"].startswith("bare ") and "task, callbacks and logging steps" in breakdown["detail"]
-    assert "spiral: per step bare " in out
+    assert breakdown["detail"].startswith("barefused ") and "task, callbacks and logging steps" in breakdown["detail"]
+    assert "spiral: per step barefused " in out
     rates = data["samples_per_s"]["spiral"]
-    assert set(rates) == {"limit", "seeds", "bare", "recipe"} and all(r > 0 for r in rates.values())
+    assert set(rates) == {"limit", "seeds", "bare", "barefused", "recipe"} and all(r > 0 for r in rates.values())
 
 
 def test_step_costs_tiny_times_lightnings_actions_and_the_recipes_calls(bench, capsys):
