@@ -10,7 +10,6 @@ written by a fused run would resume fused where this machine chose otherwise (``
 from __future__ import annotations
 
 import inspect
-import weakref
 from typing import Any
 
 from torch.optim import Optimizer
@@ -21,8 +20,6 @@ KERNEL_SETTINGS = ("fused", "foreach")
 """The parameter-group settings that choose an implementation, not an update: the update is the same to float
 rounding whichever is set."""
 
-_KEEPING: weakref.WeakSet[Optimizer] = weakref.WeakSet()  # optimizers whose pre-hook is registered
-
 
 def fused_where_supported(optimizer: Optimizer, device_type: str | None = None) -> Optimizer:
     """The same optimizer rebuilt with ``fused=True`` when that is possible and was not chosen against.
@@ -32,8 +29,9 @@ def fused_where_supported(optimizer: Optimizer, device_type: str | None = None) 
     AdamW, SGD, Adagrad), and its ``fused`` and ``foreach`` are unset (``None``). The rebuilt optimizer has the same
     class, parameter groups and arguments; it has no state yet (this runs before the first step). Anything else, or a
     device torch refuses, returns ``optimizer``. On the CPU the fused AdamW step of the spiral MLP takes ~140 us
-    instead of ~410 us, of a 784-512-512-10 MLP ~0.4 ms instead of ~2.1 ms (``benchmarks/overhead.py``); the updates
-    agree with torch's default implementation to float rounding (2e-7 after 300 steps).
+    instead of ~410 us, of a 784-512-512-10 MLP ~0.4 ms instead of ~2.1 ms (measured alone: ``benchmarks/README.md``,
+    issue 32 stop 42); the updates agree with torch's default implementation to float rounding (2e-7 after 300
+    steps).
     """
     params = [p for group in optimizer.param_groups for p in group["params"]]
     if not params:
@@ -64,10 +62,9 @@ def fused_where_supported(optimizer: Optimizer, device_type: str | None = None) 
 
 def keep_kernel_on_load(optimizer: Optimizer) -> Optimizer:
     """Make ``optimizer.load_state_dict`` keep this optimizer's own kernel settings (``KERNEL_SETTINGS``) instead of
-    the saved ones: the learning rates, betas, weight decay and state still come from the checkpoint. Registered once
-    per optimizer (torch's public ``register_load_state_dict_pre_hook``); returns ``optimizer``."""
-    if optimizer in _KEEPING:
-        return optimizer
+    the saved ones: the learning rates, betas, weight decay and state still come from the checkpoint. A pre-hook
+    (torch's public ``register_load_state_dict_pre_hook``); registering it twice changes nothing. Returns
+    ``optimizer``."""
 
     def own_kernel(live: Optimizer, state_dict: dict[str, Any]) -> dict[str, Any]:
         saved_groups = state_dict.get("param_groups", [])
@@ -83,7 +80,6 @@ def keep_kernel_on_load(optimizer: Optimizer) -> Optimizer:
         return {**state_dict, "param_groups": groups}
 
     optimizer.register_load_state_dict_pre_hook(own_kernel)
-    _KEEPING.add(optimizer)
     return optimizer
 
 
