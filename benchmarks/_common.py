@@ -114,13 +114,25 @@ def clock() -> float:
     return _clock()
 
 
+_RECIPE_THREADS: list[str] = []  # set by ``set_threads``: ``--torch_threads N`` for an in-process ``recipes fit``
+
+
 def set_threads(threads: int | None) -> None:
-    """Fix torch's intra-op threads (``None`` keeps torch's default). On a machine shared with other busy
-    processes, 1 thread avoids OpenMP threads spinning against each other, which can slow small steps tenfold."""
+    """Fix torch's intra-op threads (``None`` keeps torch's default), for this process's loops and for the recipes
+    run in it (``recipe_thread_args``: their YAML's ``torch_threads`` would set another count). On a machine shared
+    with other busy processes, 1 thread avoids OpenMP threads spinning against each other, which can slow small steps
+    tenfold."""
     import torch
 
     if threads:
         torch.set_num_threads(threads)
+    _RECIPE_THREADS[:] = ["--torch_threads", str(threads)] if threads is not None else []
+
+
+def recipe_thread_args() -> list[str]:
+    """``--torch_threads N`` after ``set_threads(N)`` (nothing when it kept torch's default): the same threads for a
+    recipe as for the other loops of a benchmark."""
+    return list(_RECIPE_THREADS)
 
 
 def cuda_missing(benchmark: str, device: str, json_path: Path | None, smoke: str) -> bool:

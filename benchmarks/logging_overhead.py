@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
-from _common import REPO, FitTimer, in_directory, median, quiet, set_threads
+from _common import REPO, FitTimer, in_directory, median, quiet, recipe_thread_args, set_threads
 
 TARGET = 0.95
 DIRECT_SECONDS = [0.0]  # training-thread seconds inside MLflow logging calls while the loop runs
@@ -75,9 +75,6 @@ def instrument() -> None:
             setattr(cls, name, timed(getattr(cls, name)))
 
 
-THREADS: list[str] = []  # ``--torch_threads N`` when ``--threads N`` is given (the recipe's YAML says 2)
-
-
 def fit(logger: bool, epochs: int, workdir: Path, system_metrics: float = 0.0) -> tuple[float, float, float]:
     """One in-process ``recipes fit`` of the spiral recipe in ``workdir``: (whole-run seconds, loop steps/s,
     share of the loop's time spent inside MLflow logging calls on the training thread). ``system_metrics``: seconds
@@ -85,7 +82,8 @@ def fit(logger: bool, epochs: int, workdir: Path, system_metrics: float = 0.0) -
     from recipes.cli import main
 
     args = ["fit", "-c", str(REPO / "configs" / "spiral_mlp.yaml"), "--trainer.max_epochs", str(epochs)]
-    args += ["--trainer.callbacks+=_common.FitTimer", "--system_metrics_interval", str(system_metrics), *THREADS]
+    args += ["--trainer.callbacks+=_common.FitTimer", "--system_metrics_interval", str(system_metrics),
+             *recipe_thread_args()]
     if not logger:
         args += ["--trainer.logger", "false"]
     FitTimer.last = {}
@@ -116,8 +114,6 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
     args = parser.parse_args()
     set_threads(args.threads)
-    if args.threads is not None:
-        THREADS[:] = ["--torch_threads", str(args.threads)]
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     instrument()
     variants = ["mlflow", "none"] + (["sysmetrics"] if args.system_metrics_interval > 0 else [])

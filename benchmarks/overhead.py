@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import (REPO, LoopTimer, clock, epoch_rates, in_directory, machine, median, quantile, quiet, set_clock,
-                     set_threads, synchronize, throughput)
+from _common import (REPO, LoopTimer, clock, epoch_rates, in_directory, machine, median, quantile, quiet,
+                     recipe_thread_args, set_clock, set_threads, synchronize, throughput)
 
 TARGETS = {"spiral": {"bare": 0.90, "barefused": 0.90, "limit": 0.8, "seeds": 1.0},
            "mlp784": {"bare": 0.97, "barefused": 0.97, "limit": 0.95, "seeds": 1.0}}
@@ -257,9 +257,6 @@ NO_DOCTOR = ["--loop_doctor.non_finite", "false", "--loop_doctor.grad_norm", "fa
              "--loop_doctor.data_wait", "false", "--loop_doctor.mode_check", "false"]
 
 
-THREADS: list[str] = []  # ``--torch_threads N`` for the recipe when ``--threads N`` fixes the other loops' threads
-
-
 def run_recipe(work: Workload, epochs: int, workdir: Path, extra: list[str] | None = None,
                profile: cProfile.Profile | None = None) -> list[tuple[int, float, int, int]]:
     """``recipes fit`` in this process, in ``workdir`` (its own mlflow.db), timed by ``LoopTimer``."""
@@ -272,7 +269,7 @@ def run_recipe(work: Workload, epochs: int, workdir: Path, extra: list[str] | No
     else:
         config = Path(work.config)
     args = ["fit", "-c", str(config), "--trainer.max_epochs", str(epochs),
-            "--trainer.callbacks+=_common.LoopTimer", *THREADS, *(extra or [])]
+            "--trainer.callbacks+=_common.LoopTimer", *recipe_thread_args(), *(extra or [])]
     LoopTimer.reset()
     with in_directory(workdir), quiet():
         if profile is not None:
@@ -414,8 +411,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="write the ratios to this JSON file")
     args = parser.parse_args(argv)
     set_threads(args.threads)
-    if args.threads is not None:  # the recipes' own torch_threads (2 in the spiral's YAML) would differ
-        THREADS[:] = ["--torch_threads", str(args.threads)]
     set_clock(args.clock)
     repeats = 1 if args.quick else args.repeats
     epochs = args.epochs or (3 if args.quick else 6)
