@@ -220,15 +220,20 @@ class NoHostSyncs(Callback):
 class FitTimer(Callback):
     """Seconds from the first training batch to the end of training, validation, checkpoint writes and logging
     included, and the optimizer steps taken: ``FitTimer.last = {"start", "seconds", "steps"}`` (class-level, read
-    after an in-process ``recipes fit``)."""
+    after an in-process ``recipes fit``), with the training thread's CPU seconds (``thread_seconds``) and the whole
+    process's (``process_seconds``: torch's threads and background threads such as MLflow's writer too)."""
 
     last: ClassVar[dict[str, float]] = {}
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        FitTimer.last.setdefault("start", time.perf_counter())
+        if "start" not in FitTimer.last:
+            FitTimer.last.update(start=time.perf_counter(), thread_start=time.thread_time(),
+                                 process_start=time.process_time())
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         FitTimer.last["seconds"] = time.perf_counter() - FitTimer.last["start"]
+        FitTimer.last["thread_seconds"] = time.thread_time() - FitTimer.last["thread_start"]
+        FitTimer.last["process_seconds"] = time.process_time() - FitTimer.last["process_start"]
         FitTimer.last["steps"] = trainer.global_step
 
 

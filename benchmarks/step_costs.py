@@ -80,9 +80,10 @@ def patch_recipe_calls() -> Callable[[], None]:
     return lambda: [setattr(owner, name, original) for owner, name, original in undo]
 
 
-def profiler_and_switch() -> tuple[Any, Any]:
+def profiler_and_switch(time_members: bool = True) -> tuple[Any, Any]:
     """A profiler timing Lightning's actions, and a callback that turns timing on for the training batches of every
-    epoch after the first (and wraps the callback group's members, whose hooks the group calls itself)."""
+    epoch after the first (and, with ``time_members``, wraps the callback group's members, whose hooks the group calls
+    itself)."""
     from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.profilers import Profiler
 
@@ -106,7 +107,7 @@ def profiler_and_switch() -> tuple[Any, Any]:
 
     class TimedBatches(Callback):
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            for callback in trainer.callbacks:
+            for callback in trainer.callbacks if time_members else ():
                 calls = getattr(callback, "hook_calls", None)
                 if not isinstance(calls, dict):
                     continue

@@ -1,0 +1,119 @@
+"""How many Python and C function calls the recipe makes per training step beyond bare Lightning: a count, not a time.
+
+    python benchmarks/call_counts.py                  # the spiral MLP, 4 epochs each
+    python benchmarks/call_counts.py --model mlp784 --epochs 3 --top 60
+
+On a small network the recipe's cost per step beyond bare Lightning is a few hundred small Python calls, each about
+1-2 us on a CPU, run between the step's tensor operations. Timings of that size move by more than their own size
+between runs on a noisy machine; the number of calls does not move at all. So this script runs one bare-Lightning fit
+(with the recipe's fused optimizer kernel: ``overhead.py``'s ``barefused``) and one ``recipes fit`` of the same
+workload, counts every function call on the training thread (``sys.setprofile``: Python functions by file and name,
+C functions by name) during the training batches of every epoch after the first (as ``step_costs.py`` times them),
+and prints the calls per step of both and the functions with the largest difference. The time each call costs is
+``step_costs.py``'s business; this is the figure that shows whether a change removed work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from _common import machine, quiet, set_threads
+
+from overhead import run_bare, run_recipe, workloads
+from step_costs import TIMING, profiler_and_switch
+
+CALLS: Counter[str] = Counter()
+BY_CALLER = {"on": False}
+
+
+def where(frame: Any, event: str, arg: Any) -> str:
+    """A call's name: ``path-tail:function`` for Python, ``C name`` for a C function."""
+    if event == "c_call":
+        owner = getattr(arg, "__self__", None)
+        kind = type(owner).__name__ if owner is not None and not isinstance(owner, type(sys)) else ""
+        name = f"C {kind + '.' if kind else ''}{getattr(arg, '__name__', repr(arg))}"
+        return f"{name} <- {python_name(frame.f_code)}" if BY_CALLER["on"] else name
+    name = python_name(frame.f_code)
+    caller = frame.f_back
+    return f"{name} <- {python_name(caller.f_code)}" if BY_CALLER["on"] and caller is not None else name
+
+
+def python_name(code: Any) -> str:
+    """``path-tail:function`` of a Python function's code."""
+    parts = Path(code.co_filename).parts
+    tail = "/".join(parts[-3:]) if "site-packages" in parts else "/".join(parts[-2:])
+    return f"{tail}:{code.co_qualname}"
+
+
+def profile(frame: Any, event: str, arg: Any) -> None:
+    if TIMING["on"] and event in ("call", "c_call"):
+        CALLS[where(frame, event, arg)] += 1
+
+
+def count(loop: str, epochs: int, workdir: Path, model: str) -> tuple[Counter[str], int]:
+    """Calls per function during the counted training steps of one fit of ``loop``, and the number of those steps."""
+    import lightning.pytorch as pl
+
+    CALLS.clear()
+    TIMING.update(on=False, steps=0)
+    _, switch = profiler_and_switch(time_members=False)
+    original_fit = pl.Trainer.fit
+
+    def fit_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.callbacks.append(switch)
+        sys.setprofile(profile)
+        try:
+            return original_fit(self, *args, **kwargs)
+        finally:
+            sys.setprofile(None)
+
+    pl.Trainer.fit = fit_counted  # type: ignore[method-assign]
+    try:
+        work = workloads(False)[model]
+        if loop == "bare":
+            run_bare(work, epochs, fused=True)
+        else:
+            run_recipe(work, epochs, workdir, ["--torch_threads", "1"])
+    finally:
+        pl.Trainer.fit = original_fit  # type: ignore[method-assign]
+    return Counter(CALLS), max(1, TIMING["steps"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per fit (the first is not counted)")
+    parser.add_argument("--top", type=int, default=40, help="functions to print")
+    parser.add_argument("--by-caller", action="store_true", help="name each call with the Python function calling it")
+    parser.add_argument("--model", choices=["spiral", "mlp784"], default="spiral", help="overhead.py's workload")
+    args = parser.parse_args(argv)
+    set_threads(1)
+    BY_CALLER["on"] = args.by_caller
+    print(f"call_counts: {machine()}, {args.model}, {args.epochs} epochs per fit, calls on the training thread")
+    with tempfile.TemporaryDirectory() as tmp, quiet():
+        bare, bare_steps = count("bare", args.epochs, Path(tmp) / "bare", args.model)
+        recipe, recipe_steps = count("recipe", args.epochs, Path(tmp) / "recipe", args.model)
+    per_bare = {k: v / bare_steps for k, v in bare.items()}
+    per_recipe = {k: v / recipe_steps for k, v in recipe.items()}
+
+    def total(per: dict[str, float], c: bool) -> float:
+        return sum(v for k, v in per.items() if k.startswith("C ") == c)
+
+    print(f"  counted steps: bare {bare_steps}, recipe {recipe_steps}")
+    print(f"\n{'calls per step':>14} {'bare':>8} {'recipe':>8} {'recipe-bare':>11}")
+    for c, what in ((False, "Python functions"), (True, "C functions")):
+        b, r = total(per_bare, c), total(per_recipe, c)
+        print(f"{'':>14} {b:8.1f} {r:8.1f} {r - b:+11.1f}  {what}")
+    names = sorted(set(per_bare) | set(per_recipe), key=lambda n: -abs(per_recipe.get(n, 0) - per_bare.get(n, 0)))
+    print(f"\n{'calls per step':>14} {'bare':>8} {'recipe':>8} {'recipe-bare':>11}  function (the largest differences)")
+    for name in names[: args.top]:
+        b, r = per_bare.get(name, 0.0), per_recipe.get(name, 0.0)
+        print(f"{'':>14} {b:8.2f} {r:8.2f} {r - b:+11.2f}  {name}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
