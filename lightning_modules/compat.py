@@ -15,6 +15,7 @@ It lives in ``lightning_modules`` because that is the package every other one ma
 from __future__ import annotations
 
 import contextvars
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +62,8 @@ PRIVATE_NAMES: dict[str, str] = {
     "checkpoint_state_key": "Callback._generate_state_key",
     "skip_batch_hooks": "trainer.call._call_callback_hooks (skips a hook attribute that is not callable, before its "
     "profiler context and state_key; the batch hooks reach callbacks through it only)",
+    "remember_data_hook_owners": "Trainer._data_connector._datahook_selector (a _DataHookSelector, made per run by "
+    "attach_data; its get_instance is asked for every batch)",
     "ConfigDumpWithInitArgs": "LightningCLI._dump_config (reuses config_dump when set) and cli._set_dict_nested "
     "(writes instantiation-link values into <class>.init_args of the dump)",
 }
@@ -86,6 +89,21 @@ def is_compiled_in_place(module: nn.Module) -> bool:
 def attached_trainer(module: Any) -> Any | None:
     """The Trainer a LightningModule is attached to, or ``None`` (``module.trainer`` raises when there is none)."""
     return module._trainer
+
+
+def remember_data_hook_owners(trainer: Any) -> None:
+    """Make Lightning decide once per run, not at every batch, whether the data module or the LightningModule runs
+    each batch-transfer hook (``on_before_batch_transfer``, ``transfer_batch_to_device``, ``on_after_batch_transfer``).
+
+    Lightning asks its ``_DataHookSelector.get_instance`` for each of the three hooks of every batch, and each answer
+    costs two ``is_overridden`` calls (about ten Python and C calls apiece) when a data module is attached: some
+    sixty calls per training step for an answer that only changes if a hook is replaced during the run. The
+    selector is made anew for each ``fit``/``validate``/``test``/``predict``, so this is called for each (the task's
+    ``setup``); the answers are kept on that selector only. A trainer without a selector is left alone."""
+    selector = getattr(getattr(trainer, "_data_connector", None), "_datahook_selector", None)
+    if selector is None or hasattr(vars(selector).get("get_instance"), "cache_info"):
+        return
+    selector.get_instance = functools.lru_cache(maxsize=None)(selector.get_instance)
 
 
 def optimizer_has_stepped(optimizer: torch.optim.Optimizer) -> bool:

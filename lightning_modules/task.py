@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
-from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place, skip_batch_hooks
+from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place, remember_data_hook_owners, skip_batch_hooks
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
 from lightning_modules.evaluation_loss import MeanLoss
@@ -238,7 +238,7 @@ class Task(LightningModule):
         return self.model(inputs)
 
     def setup(self, stage: str) -> None:
-        trainer = attached_trainer(self)
+        remember_data_hook_owners(trainer := attached_trainer(self))  # Lightning asks at every batch otherwise
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         if datamodule is not None:
             reason = self.data_mismatch(datamodule)

@@ -27,6 +27,7 @@ import lightning_modules  # noqa: F401  (registers the tasks for short class nam
 from datamodules.recipe_contract import new_data_settings_of, predicts_new_data, settings_outside_split
 from lightning_modules.recipe_contract import monitor_mode_of, monitor_of
 from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook, skip_batch_hooks
+from lightning_modules.no_op_profiler import NoOpProfiler
 from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
@@ -291,6 +292,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         plugins = with_atomic_checkpoint_io(built.get("plugins"), built.get("strategy"))
         if plugins is not None:
             kwargs.setdefault("plugins", plugins)
+        if built.get("profiler") is None:  # Lightning's default records nothing; this one also costs nothing per hook
+            kwargs.setdefault("profiler", NoOpProfiler())
         given = built.get("callbacks") or []  # the user's (Lightning adds the others to this same list)
         given = list(given) if isinstance(given, list) else [given]
         trainer = super().instantiate_trainer(**kwargs)

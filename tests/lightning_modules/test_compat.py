@@ -7,6 +7,9 @@ changing behaviour silently.
 
 from __future__ import annotations
 
+import importlib
+from unittest import mock
+
 import contextvars
 from pathlib import Path
 
@@ -398,6 +401,43 @@ def test_skip_batch_hooks_makes_lightning_skip_them_without_a_profiled_call(tmp_
     assert counting.on_train_batch_end is None
     compat.skip_batch_hooks(counting, needed=("on_train_batch_end",))
     assert counting.on_train_batch_end.__func__ is Counting.on_train_batch_end
+
+
+@probes("remember_data_hook_owners")
+def test_remember_data_hook_owners_asks_lightning_once_per_hook_and_keeps_its_answers(tmp_path: Path) -> None:
+    from lightning.pytorch.demos.boring_classes import BoringDataModule
+    from lightning.pytorch.utilities import model_helpers
+
+    class Moving(BoringDataModule):  # the data module runs this hook, the module the other two
+        def on_after_batch_transfer(self, batch, dataloader_idx):
+            self.moved = getattr(self, "moved", 0) + 1
+            return batch
+
+    class Remembering(BoringModel):
+        def setup(self, stage: str) -> None:
+            compat.remember_data_hook_owners(self.trainer)
+            compat.remember_data_hook_owners(self.trainer)  # a second call changes nothing
+
+    asked = []
+    original = model_helpers.is_overridden
+
+    def counted(*args, **kwargs):
+        if args[0] in ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"):
+            asked.append(args[0])
+        return original(*args, **kwargs)
+
+    message = upgrade_message("remember_data_hook_owners")
+    for model, expected_questions in ((BoringModel(), 6 * 4), (Remembering(), 3 * 2)):
+        data = Moving()
+        trainer = tiny_trainer(tmp_path, limit_val_batches=0, num_sanity_val_steps=0)
+        asked.clear()
+        connector = importlib.import_module("lightning.pytorch.trainer.connectors.data_connector")
+        with mock.patch.object(connector, "is_overridden", counted):
+            trainer.fit(model, datamodule=data)
+        assert data.moved == 4, message  # the data module's hook ran for each of the 4 batches either way
+        # Lightning asks twice per hook per batch (data module, then module); remembered, once per hook per run
+        assert len(asked) == expected_questions, message
+    compat.remember_data_hook_owners(object())  # no selector: nothing to do
 
 
 @probes("mlflow_logger_*")
