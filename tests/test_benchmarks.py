@@ -66,6 +66,21 @@ def test_step_costs_tiny_times_lightnings_actions_and_the_recipes_calls(bench, c
     assert 0 < bare and 0 < recipe and "recipe / bare" in total
 
 
+def test_call_counts_counts_the_calls_of_both_loops_per_step(bench, capsys):
+    bench("call_counts.py").main(["--epochs", "2", "--top", "400"])
+    out = capsys.readouterr().out
+    assert "counted steps: bare 22, recipe 22" in out  # the spiral's second epoch
+    rows = {line.split()[-1]: [float(x) for x in line.split()[:2]] for line in out.splitlines()
+            if line.startswith(" " * 14) and ":" in line.split()[-1]}
+    # the recipe's trainer has NoOpProfiler: none of the default profiler's @contextmanager calls, one cheap call each
+    assert rows["pytorch/profilers/profiler.py:Profiler.profile"][0] > 50
+    assert rows.get("pytorch/profilers/profiler.py:Profiler.profile", [0, 0])[1] == 0
+    assert rows["lightning_modules/no_op_profiler.py:NoOpProfiler.profile"][1] > 25
+    python = next(line for line in out.splitlines() if line.endswith("Python functions"))
+    bare, recipe = (float(x) for x in python.split()[:2])
+    assert bare > 500 and recipe > bare
+
+
 def test_the_three_loops_train_the_same_thing(bench):
     """limit and seeds build the recipe's model, optimizer groups and schedule (same LR curve, same total steps)."""
     overhead = bench("overhead.py")
