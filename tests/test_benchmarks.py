@@ -76,6 +76,9 @@ def test_call_counts_counts_the_calls_of_both_loops_per_step(bench, capsys):
     assert rows["pytorch/profilers/profiler.py:Profiler.profile"][0] > 50
     assert rows.get("pytorch/profilers/profiler.py:Profiler.profile", [0, 0])[1] == 0
     assert rows["lightning_modules/no_op_profiler.py:NoOpProfiler.profile"][1] > 25
+    # the task's setup has Lightning decide once who runs the batch-transfer hooks (bare asks 3 times per step)
+    asked = rows["trainer/connectors/data_connector.py:_DataHookSelector.get_instance"]
+    assert asked[0] == 3 and asked[1] == 0
     python = next(line for line in out.splitlines() if line.endswith("Python functions"))
     bare, recipe = (float(x) for x in python.split()[:2])
     assert bare > 500 and recipe > bare

@@ -292,8 +292,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         plugins = with_atomic_checkpoint_io(built.get("plugins"), built.get("strategy"))
         if plugins is not None:
             kwargs.setdefault("plugins", plugins)
-        if built.get("profiler") is None:  # Lightning's default records nothing; this one also costs nothing per hook
-            kwargs.setdefault("profiler", NoOpProfiler())
+        if built.get("profiler") is None and not built.get("barebones"):  # a barebones Trainer refuses any profiler
+            kwargs.setdefault("profiler", NoOpProfiler())  # Lightning's default records nothing; this costs nothing too
         given = built.get("callbacks") or []  # the user's (Lightning adds the others to this same list)
         given = list(given) if isinstance(given, list) else [given]
         trainer = super().instantiate_trainer(**kwargs)

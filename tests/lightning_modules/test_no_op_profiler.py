@@ -96,5 +96,10 @@ def test_recipes_use_it_unless_the_config_names_a_profiler(workdir, monkeypatch)
     cli.main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1", "--trainer.logger", "false"])
     cli.main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1", "--trainer.logger", "false",
               "--trainer.profiler", "simple"])
+    # a barebones Trainer refuses every profiler (ValueError): it gets Lightning's own default
+    cli.main(["validate", "-c", str(SPIRAL), "--trainer.barebones", "true", "--trainer.logger", "false",
+              "--trainer.log_every_n_steps", "null", "--trainer.enable_progress_bar", "false",
+              "--trainer.enable_model_summary", "false", "--ckpt_path", "none"])
     assert type(seen[0]) is NoOpProfiler
     assert type(seen[1]) is SimpleProfiler  # the user's choice is kept
+    assert type(seen[2]) is PassThroughProfiler
