@@ -174,6 +174,24 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fix
     return tmp_path
 
 
+@pytest.fixture
+def built_trainers(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The Trainers ``recipes`` commands build during the test, in order, each as ``RecipesCLI.instantiate_trainer``
+    returned it (read its callbacks or profiler after the command)."""
+    from recipes import cli
+
+    trainers: list = []
+    original = cli.RecipesCLI.instantiate_trainer
+
+    def record(self, **kwargs):
+        trainer = original(self, **kwargs)
+        trainers.append(trainer)
+        return trainer
+
+    monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", record)
+    return trainers
+
+
 @pytest.fixture(scope="module")
 def shared_store(clean_workdir: Callable[..., AbstractContextManager[Path]]) -> Path:
     """One embedded MLflow store for the fast tests (a copy of the migrated one); each test makes its own runs."""

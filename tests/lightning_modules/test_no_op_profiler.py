@@ -83,16 +83,7 @@ def test_a_fit_calls_every_hook_and_trains_the_same_with_far_fewer_python_calls(
     assert counted["default"] - counted["no-op"] > 300
 
 
-def test_recipes_use_it_unless_the_config_names_a_profiler(workdir, monkeypatch):
-    seen = []
-    original = cli.RecipesCLI.instantiate_trainer
-
-    def record(self, **kwargs):
-        trainer = original(self, **kwargs)
-        seen.append(trainer.profiler)
-        return trainer
-
-    monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", record)
+def test_recipes_use_it_unless_the_config_names_a_profiler(workdir, built_trainers):
     cli.main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1", "--trainer.logger", "false"])
     cli.main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1", "--trainer.logger", "false",
               "--trainer.profiler", "simple"])
@@ -100,6 +91,7 @@ def test_recipes_use_it_unless_the_config_names_a_profiler(workdir, monkeypatch)
     cli.main(["validate", "-c", str(SPIRAL), "--trainer.barebones", "true", "--trainer.logger", "false",
               "--trainer.log_every_n_steps", "null", "--trainer.enable_progress_bar", "false",
               "--trainer.enable_model_summary", "false", "--ckpt_path", "none"])
+    seen = [trainer.profiler for trainer in built_trainers]
     assert type(seen[0]) is NoOpProfiler
     assert type(seen[1]) is SimpleProfiler  # the user's choice is kept
     assert type(seen[2]) is PassThroughProfiler

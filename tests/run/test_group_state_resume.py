@@ -102,7 +102,7 @@ class Probe(Callback):
             self.first = {"epoch": trainer.current_epoch, "batch_idx": batch_idx, "step": trainer.global_step}
 
 
-def test_a_checkpoint_written_before_the_group_resumes_with_every_callback_state(workdir, monkeypatch):
+def test_a_checkpoint_written_before_the_group_resumes_with_every_callback_state(workdir, monkeypatch, built_trainers):
     old = torch.load(OLD, weights_only=True)
     assert set(old["callbacks"]) >= {"RandomStates", "PlateauStepOnResume"}
     ckpt = workdir / "before_the_group.ckpt"
@@ -123,18 +123,12 @@ def test_a_checkpoint_written_before_the_group_resumes_with_every_callback_state
 
     monkeypatch.setattr(RandomStates, "load_state_dict", random_loaded)
     monkeypatch.setattr(PlateauStepOnResume, "load_state_dict", plateau_loaded)
-    probe, seen = Probe(), []
+    probe = Probe()
     original = cli.RecipesCLI.default_callbacks
     monkeypatch.setattr(cli.RecipesCLI, "default_callbacks", lambda self, cfg: original(self, cfg) + [probe])
-    record = cli.RecipesCLI.instantiate_trainer
-
-    def instantiate(self, **kwargs):
-        trainer = record(self, **kwargs)
-        seen.extend(trainer.callbacks)
-        return trainer
-
-    monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", instantiate)
     cli.main(["fit", "-c", str(SPIRAL), *ARGS, "--ckpt_path", str(ckpt)])
+    [trainer] = built_trainers
+    seen = list(trainer.callbacks)
 
     # the stateful callbacks ran inside the group (on the old code they stood alone)
     [group] = [c for c in seen if isinstance(c, CallbackGroup)]
