@@ -160,8 +160,8 @@ def main() -> None:
                              ("process", "the process's CPU time, background threads included")):
         pairs = [m / n for m, n in zip(cpu["mlflow"][clock_name], cpu["none"][clock_name])]
         cpu_ratios[clock_name] = median(pairs)
-        print(f"loop steps per second of {what}, with MLflow / without: {median(pairs):.3f} (median of {len(pairs)} "
-              "pairs)")
+        print(f"loop steps per second of {what}, with MLflow / without: {cpu_ratios[clock_name]:.3f} (median of "
+              f"{len(pairs)} pairs)")
     share = median(direct)
     print(f"training-thread time inside MLflow logging calls: {share:.1%} of the loop (median)")
     run_ratio = median(runs["none"]) / median(runs["mlflow"])
