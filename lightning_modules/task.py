@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
-from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place, remember_data_hook_owners, skip_batch_hooks
+from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place, relog_held_metrics, remember_data_hook_owners, skip_batch_hooks
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
 from lightning_modules.evaluation_loss import MeanLoss
@@ -293,20 +293,20 @@ class Task(LightningModule):
             weight = out.batch_size if out.loss_weight is None else out.loss_weight
             getattr(self, f"{stage}_loss_metric").update(self.evaluation_loss(out), weight)
         if batch_idx == 0 or not self._metrics_logged.get(stage):
-            # The metrics go to self.log once per epoch (Lightning keeps the reference, computes and resets them at the
-            # epoch's end; each call costs more than a small network's step): at batch_idx 0 of each epoch and loader,
-            # or the first batch after the epoch-start hooks reset the flag (a resumed epoch starts later).
+            # Metrics (the loss a Metric like the collection: synced over the ranks) go to self.log once per epoch and
+            # loader, at batch_idx 0 or the first batch after the epoch-start hooks reset the flag (a resumed epoch);
+            # Lightning keeps them, computes and resets them at the epoch's end; later epochs re-mark them, cheaply.
             self._metrics_logged[stage] = True
-            if stage != "train":  # a Metric like the collection: synced over the ranks, computed and reset by Lightning
-                self.log(f"{stage}/loss", getattr(self, f"{stage}_loss_metric"), on_step=False, on_epoch=True,
-                         prog_bar=True, batch_size=out.batch_size)
             metrics: MetricCollection = getattr(self, f"{stage}_metrics")
+            loss = [] if stage == "train" else [(f"{stage}/loss", getattr(self, f"{stage}_loss_metric"))]
+            if relog_held_metrics(self, [*loss, *metrics.items(keep_base=False, copy_state=False)]):
+                return out
+            self.log_dict(dict(loss), on_step=False, on_epoch=True, prog_bar=True, batch_size=out.batch_size)
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
 
     def _last_evaluation_batch(self, batch_idx: int | None) -> bool:
-        """Whether ``batch_idx`` is the last batch of a validation or test dataloader (always true outside a
-        Trainer, or for a dataloader of unknown length: the epoch-end hooks flush then)."""
+        """Whether ``batch_idx`` ends a val/test loader (true outside a Trainer or for an unsized loader)."""
         return is_last_evaluation_batch(attached_trainer(self), batch_idx)
 
     def _train_values_read_now(self) -> bool:

@@ -440,6 +440,61 @@ def test_remember_data_hook_owners_asks_lightning_once_per_hook_and_keeps_its_an
     compat.remember_data_hook_owners(object())  # no selector: nothing to do
 
 
+@probes("relog_held_metrics")
+def test_relog_held_metrics_logs_what_self_log_logs_from_the_second_epoch_on(tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+    from torchmetrics import MeanMetric, SumMetric
+
+    class Epochs(BoringModel):  # a Metric per stage, handed to Lightning at each epoch's (and loader's) first batch
+        def __init__(self, relog: bool) -> None:
+            super().__init__()
+            self.relog, self.self_log_calls = relog, 0
+            self.train_mean, self.val_sum = MeanMetric(), SumMetric()
+
+        def hand_over(self, name: str, metric, prog_bar: bool) -> None:
+            if self.relog and compat.relog_held_metrics(self, [(name, metric)]):
+                return
+            self.self_log_calls += 1
+            self.log(name, metric, on_step=False, on_epoch=True, prog_bar=prog_bar)
+
+        def training_step(self, batch, batch_idx):
+            out = super().training_step(batch, batch_idx)
+            self.train_mean.update(out["loss"].detach())
+            if batch_idx == 0:
+                self.hand_over("train/mean_loss", self.train_mean, False)
+            return out
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.val_sum.update(self(batch).sum().detach() * (dataloader_idx + 1))
+            if batch_idx == 0:
+                self.hand_over("val/sum", self.val_sum, True)
+
+        def val_dataloader(self):
+            return [super().val_dataloader(), super().val_dataloader()]
+
+    runs = {}
+    for relog in (False, True):
+        torch.manual_seed(0)
+        model, seen = Epochs(relog), []
+
+        class Seen(Callback):
+            def on_validation_epoch_end(self, trainer, pl_module):
+                seen.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+        trainer = tiny_trainer(tmp_path / str(relog), max_epochs=3, limit_val_batches=2, callbacks=[Seen()],
+                               logger=CSVLogger(tmp_path / str(relog)))
+        trainer.fit(model)
+        logged = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
+        runs[relog] = (seen, logged, {k: float(v) for k, v in trainer.callback_metrics.items()}, model.self_log_calls)
+    message = upgrade_message("relog_held_metrics")
+    assert runs[True][:3] == runs[False][:3], message  # the same names, values and steps, in the logger and callbacks
+    assert "val/sum/dataloader_idx_1" in runs[True][1], message
+    # self.log each time: the sanity check's 2 loaders + 3 epochs x (train + 2 loaders); relogged: the sanity check's
+    # and the first training epoch's calls only
+    assert (runs[False][3], runs[True][3]) == (11, 3), message
+    assert compat.relog_held_metrics(BoringModel(), [("x", SumMetric())]) is False  # no trainer: self.log as usual
+
+
 @probes("mlflow_logger_*")
 def test_mlflow_logger_private_state(tmp_path: Path) -> None:
     logger = MLFlowLogger(
