@@ -299,10 +299,10 @@ class Task(LightningModule):
             self._metrics_logged[stage] = True
             metrics: MetricCollection = getattr(self, f"{stage}_metrics")
             loss = [] if stage == "train" else [(f"{stage}/loss", getattr(self, f"{stage}_loss_metric"))]
-            if relog_held_metrics(self, [*loss, *metrics.items(keep_base=False, copy_state=False)]):
-                return out
-            self.log_dict(dict(loss), on_step=False, on_epoch=True, prog_bar=True, batch_size=out.batch_size)
-            self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
+            if not relog_held_metrics(self, [*loss, *metrics.items(keep_base=False, copy_state=False)]):
+                for name, metric in loss:
+                    self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=out.batch_size)
+                self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
 
     def _last_evaluation_batch(self, batch_idx: int | None) -> bool:

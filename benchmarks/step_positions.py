@@ -1,0 +1,124 @@
+"""Where in an epoch the recipe's time per step beyond bare Lightning goes: each batch position, side by side.
+
+    python benchmarks/step_positions.py                    # the spiral MLP, 5 interleaved rounds of 8 epochs
+    python benchmarks/step_positions.py --rounds 7 --epochs 10
+    python benchmarks/step_positions.py --model mlp784 --rounds 3 --epochs 4
+
+One bare-Lightning fit (with the recipe's fused optimizer kernel: ``overhead.py``'s ``barefused``, like for like)
+and one ``recipes fit`` of the same workload per round (1 torch thread), in interleaved rounds. A callback times every
+training batch of the epochs after the first from the previous batch's end (the epoch's start for batch 0) to its
+own end, with the training thread's CPU clock and the wall clock: the fetch, the hooks, the step and whatever the
+epoch's first batch does after the epoch-start hooks. Each position's figure is the median over every timed epoch
+of every round.
+
+The table shows what a per-step count or a per-step average cannot: which costs come once an epoch (the first
+batch: the epoch-start hooks and the metrics handed to ``self.log``; the last: the epoch's deferred training-metric
+update and the loop doctor's read) and which every step (the recipe's callbacks and bookkeeping). When the wall
+clock exceeds the thread's CPU time, the training thread waited: for the GIL, held by a background thread
+(checkpoint uploads, MLflow's writer), or for the machine. On a small network the epoch's edges weigh as much as
+its middle, so both are printed as shares of the recipe's extra time per epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from _common import machine, quiet, set_threads
+
+from overhead import run_bare, run_recipe, workloads
+
+# (loop, batch index) -> [(thread us, wall us), ...] over every timed epoch
+TIMES: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
+CURRENT = {"loop": "bare"}
+
+
+def position_timer() -> Any:
+    """A callback timing each training batch of the epochs after the first, from the previous batch's end."""
+    from lightning.pytorch.callbacks import Callback
+
+    class PositionTimer(Callback):
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            self.last = (time.thread_time_ns(), time.perf_counter_ns())
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            now = (time.thread_time_ns(), time.perf_counter_ns())
+            if trainer.current_epoch >= 1:
+                TIMES[(CURRENT["loop"], batch_idx)].append(((now[0] - self.last[0]) / 1e3, (now[1] - self.last[1]) / 1e3))
+            self.last = now
+
+    return PositionTimer()
+
+
+def fit(loop: str, epochs: int, workdir: Path, model: str) -> None:
+    """One fit of ``loop`` ("bare" or "recipe") with the position timer first among its callbacks."""
+    import lightning.pytorch as pl
+
+    original_fit = pl.Trainer.fit
+
+    def fit_with_timer(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.callbacks.insert(0, position_timer())  # first: the other callbacks' batch-end hooks count next batch
+        return original_fit(self, *args, **kwargs)
+
+    CURRENT["loop"] = loop
+    pl.Trainer.fit = fit_with_timer  # type: ignore[method-assign]
+    try:
+        work = workloads(False)[model]
+        if loop == "bare":
+            run_bare(work, epochs, fused=True)
+        else:
+            run_recipe(work, epochs, workdir, ["--torch_threads", "1"])
+    finally:
+        pl.Trainer.fit = original_fit  # type: ignore[method-assign]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=8, help="epochs per fit (the first is not timed)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of one bare and one recipe fit")
+    parser.add_argument("--model", choices=["spiral", "mlp784"], default="spiral", help="overhead.py's workload")
+    args = parser.parse_args(argv)
+    set_threads(1)
+    print(f"step_positions: {machine()}, {args.model}, {args.rounds} rounds of {args.epochs} epochs per fit, "
+          "microseconds from the previous batch's end (medians over the timed epochs)")
+    with tempfile.TemporaryDirectory() as tmp, quiet():
+        fit("recipe", 2, Path(tmp) / "warmup", args.model)  # imports, MLflow's schema
+        TIMES.clear()
+        for round_ in range(args.rounds):
+            fit("bare", args.epochs, Path(tmp) / f"bare-{round_}", args.model)
+            fit("recipe", args.epochs, Path(tmp) / f"recipe-{round_}", args.model)
+    positions = sorted({i for loop, i in TIMES if loop == "bare"} & {i for loop, i in TIMES if loop == "recipe"})
+    med = {key: (statistics.median(t for t, _ in v), statistics.median(w for _, w in v)) for key, v in TIMES.items()}
+    print(f"\n{'batch':>5} {'bare cpu':>9} {'wall':>7} {'recipe cpu':>11} {'wall':>7} {'recipe-bare wall':>17}")
+    for i in positions:
+        (bt, bw), (rt, rw) = med[("bare", i)], med[("recipe", i)]
+        print(f"{i:>5} {bt:9.0f} {bw:7.0f} {rt:11.0f} {rw:7.0f} {rw - bw:+17.0f}")
+    first, last, middle = positions[0], positions[-1], positions[1:-1]
+
+    def extra(idx: list[int]) -> float:
+        return sum(med[("recipe", i)][1] - med[("bare", i)][1] for i in idx)
+
+    per_epoch = {loop: sum(med[(loop, i)][1] for i in positions) for loop in ("bare", "recipe")}
+    total = extra(positions)
+    print(f"\nper epoch ({len(positions)} batches, sums of the medians): bare {per_epoch['bare'] / 1e3:.2f} ms, recipe "
+          f"{per_epoch['recipe'] / 1e3:.2f} ms (+{total / 1e3:.2f} ms), recipe / bare {per_epoch['bare'] / per_epoch['recipe']:.3f}")
+    if middle:
+        early = middle[: min(5, len(middle))]
+        steady = middle[len(early):]
+        rows = [("the first batch (epoch-start hooks, self.log's once-an-epoch work)", [first]),
+                (f"batches {early[0]}-{early[-1]} (after validation and checkpoints)", early)]
+        if steady:
+            rows.append((f"batches {steady[0]}-{steady[-1]}, {extra(steady) / len(steady):+.0f} us each", steady))
+        rows.append(("the last batch (the epoch's deferred metric update, the doctor's read)", [last]))
+        for label, idx in rows:
+            print(f"  {extra(idx) / 1e3:+7.2f} ms  {100 * extra(idx) / total:5.1f}%  {label}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
