@@ -56,7 +56,7 @@ def position_timer() -> Any:
     return PositionTimer()
 
 
-def fit(loop: str, epochs: int, workdir: Path, model: str) -> None:
+def fit(loop: str, epochs: int, workdir: Path, model: str, recipe_args: list[str] | None = None) -> None:
     """One fit of ``loop`` ("bare" or "recipe") with the position timer first among its callbacks."""
     import lightning.pytorch as pl
 
@@ -73,7 +73,7 @@ def fit(loop: str, epochs: int, workdir: Path, model: str) -> None:
         if loop == "bare":
             run_bare(work, epochs, fused=True)
         else:
-            run_recipe(work, epochs, workdir, ["--torch_threads", "1"])
+            run_recipe(work, epochs, workdir, ["--torch_threads", "1", *(recipe_args or [])])
     finally:
         pl.Trainer.fit = original_fit  # type: ignore[method-assign]
 
@@ -83,16 +83,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=8, help="epochs per fit (the first is not timed)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of one bare and one recipe fit")
     parser.add_argument("--model", choices=["spiral", "mlp784"], default="spiral", help="overhead.py's workload")
+    parser.add_argument("--recipe-args", nargs=argparse.REMAINDER, default=[],
+                        help="more `recipes fit` arguments (last), e.g. --recipe-args --trainer.limit_val_batches 0")
     args = parser.parse_args(argv)
     set_threads(1)
     print(f"step_positions: {machine()}, {args.model}, {args.rounds} rounds of {args.epochs} epochs per fit, "
-          "microseconds from the previous batch's end (medians over the timed epochs)")
+          "microseconds from the previous batch's end (medians over the timed epochs)"
+          + (f"; recipe with {' '.join(args.recipe_args)}" if args.recipe_args else ""))
     with tempfile.TemporaryDirectory() as tmp, quiet():
         fit("recipe", 2, Path(tmp) / "warmup", args.model)  # imports, MLflow's schema
         TIMES.clear()
         for round_ in range(args.rounds):
             fit("bare", args.epochs, Path(tmp) / f"bare-{round_}", args.model)
-            fit("recipe", args.epochs, Path(tmp) / f"recipe-{round_}", args.model)
+            fit("recipe", args.epochs, Path(tmp) / f"recipe-{round_}", args.model, args.recipe_args)
     positions = sorted({i for loop, i in TIMES if loop == "bare"} & {i for loop, i in TIMES if loop == "recipe"})
     med = {key: (statistics.median(t for t, _ in v), statistics.median(w for _, w in v)) for key, v in TIMES.items()}
     print(f"\n{'batch':>5} {'bare cpu':>9} {'wall':>7} {'recipe cpu':>11} {'wall':>7} {'recipe-bare wall':>17}")

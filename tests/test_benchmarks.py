@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,18 @@ def test_call_counts_counts_the_calls_of_both_loops_per_step(bench, capsys):
     python = next(line for line in out.splitlines() if line.endswith("Python functions"))
     bare, recipe = (float(x) for x in python.split()[:2])
     assert bare > 500 and recipe > bare
+
+
+def test_step_positions_times_every_batch_position_of_both_loops(bench, capsys):
+    bench("step_positions.py").main(["--epochs", "2", "--rounds", "1"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert [int(r[0]) for r in rows] == list(range(22))  # the spiral's 22 batches of the second epoch
+    assert all(float(x) > 0 for r in rows for x in r[1:5])  # CPU and wall time of both loops at each position
+    assert "recipe / bare" in out and "the first batch" in out and "the last batch" in out
+    shares = [float(m.group(1)) for m in re.finditer(r"^ +[+-]\d+\.\d+ ms +(-?\d+\.\d)%", out, re.MULTILINE)]
+    assert len(shares) == 4  # first, 1-5, 6-20, last
+    assert sum(shares) == pytest.approx(100, abs=0.5)  # the rows split the recipe's extra time per epoch
 
 
 def test_the_three_loops_train_the_same_thing(bench):
