@@ -36,23 +36,45 @@ def bench(monkeypatch, workdir):
 def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
     overhead = bench("overhead.py")
     out_json = tmp_path / "overhead.json"
-    overhead.main(["--quick", "--models", "spiral", "--epochs", "2", "--variants", "limit", "seeds", "bare",
-                   "barefused", "recipe", "--json", str(out_json)])
+    overhead.main(["--quick", "--models", "spiral", "--epochs", "2", "--variants", "limit", "seeds", "seedstrain",
+                   "bare", "barefused", "recipe", "--json", str(out_json)])
     out = capsys.readouterr().out
     assert "spiral: recipe / limit = " in out and "spiral: recipe / seeds = " in out
     assert "spiral: recipe / bare = " in out  # the headline: what loopwise adds on top of Lightning
     data = json.loads(out_json.read_text())
     assert {r["ratio"] for r in data["rows"]} == {
-        "recipe / bare", "recipe / barefused", "recipe / limit", "recipe / seeds", "ms per step",
+        "recipe / bare", "recipe / barefused", "recipe / limit", "recipe / seeds", "recipe / seedstrain", "ms per step",
         "recipe / bare (fast epochs)", "recipe / barefused (fast epochs)", "recipe / limit (fast epochs)",
-        "recipe / seeds (fast epochs)",
+        "recipe / seeds (fast epochs)", "recipe / seedstrain (fast epochs)",
     }
     assert "spiral: recipe / bare over the fast epochs (90th percentile of per-epoch samples/s, 1 epochs each) = " in out
     breakdown = next(r for r in data["rows"] if r["ratio"] == "ms per step")
     assert breakdown["detail"].startswith("barefused ") and "task, callbacks and logging steps" in breakdown["detail"]
     assert "spiral: per step barefused " in out
     rates = data["samples_per_s"]["spiral"]
-    assert set(rates) == {"limit", "seeds", "bare", "barefused", "recipe"} and all(r > 0 for r in rates.values())
+    assert set(rates) == {"limit", "seeds", "seedstrain", "bare", "barefused", "recipe"}
+    assert all(r > 0 for r in rates.values())
+
+
+def test_the_seeds_loop_validates_and_saves_the_best_weights_after_each_epoch(bench, monkeypatch):
+    """As the seeds' articles write the complete loop: eval mode and no_grad over the validation split after every
+    epoch, back to train mode, and torch.save when the validation loss improved; seedstrain does neither."""
+    import torch
+
+    overhead = bench("overhead.py")
+    saved, modes = [], []
+    monkeypatch.setattr(torch, "save", lambda obj, path: saved.append((Path(path).name, sorted(obj)[:1])))
+    original_train = torch.nn.Module.train
+    monkeypatch.setattr(torch.nn.Module, "train",
+                        lambda self, mode=True: (modes.append((type(self).__name__, mode)), original_train(self, mode))[1])
+    work = overhead.workloads(True)["spiral"]
+    epochs = overhead.run_seeds(work, 3)
+    assert [e[0] for e in epochs] == [0, 1, 2] and all(e[3] == 22 for e in epochs)
+    assert 1 <= len(saved) <= 3 and all(name == "best_model.pt" for name, _ in saved)
+    assert [m for m in modes if m[0] == "MLP"] == [("MLP", True)] + [("MLP", False), ("MLP", True)] * 3  # eval, train
+    saved.clear()
+    overhead.run_seeds(work, 2, validate=False)
+    assert saved == []
 
 
 def test_step_costs_tiny_times_lightnings_actions_and_the_recipes_calls(bench, capsys):
