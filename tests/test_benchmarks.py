@@ -46,6 +46,7 @@ def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
         "recipe / bare", "recipe / barefused", "recipe / limit", "recipe / seeds", "recipe / seedstrain", "ms per step",
         "recipe / bare (fast epochs)", "recipe / barefused (fast epochs)", "recipe / limit (fast epochs)",
         "recipe / seeds (fast epochs)", "recipe / seedstrain (fast epochs)",
+        *(f"recipe / {base} (paired)" for base in ("bare", "barefused", "limit", "seeds", "seedstrain")),
     }
     assert "spiral: recipe / bare over the fast epochs (90th percentile of per-epoch samples/s, 1 epochs each) = " in out
     breakdown = next(r for r in data["rows"] if r["ratio"] == "ms per step")
