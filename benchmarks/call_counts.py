@@ -24,7 +24,7 @@ from typing import Any
 
 from _common import machine, quiet, set_threads
 
-from overhead import run_bare, run_recipe, workloads
+from overhead import fits_wrapped, run_like_for_like
 from step_costs import TIMING, profiler_and_switch
 
 CALLS: Counter[str] = Counter()
@@ -57,30 +57,23 @@ def profile(frame: Any, event: str, arg: Any) -> None:
 
 def count(loop: str, epochs: int, workdir: Path, model: str) -> tuple[Counter[str], int]:
     """Calls per function during the counted training steps of one fit of ``loop``, and the number of those steps."""
-    import lightning.pytorch as pl
-
     CALLS.clear()
     TIMING.update(on=False, steps=0)
     _, switch = profiler_and_switch(time_members=False)
-    original_fit = pl.Trainer.fit
 
-    def fit_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self.callbacks.append(switch)
-        sys.setprofile(profile)
-        try:
-            return original_fit(self, *args, **kwargs)
-        finally:
-            sys.setprofile(None)
+    def counted(original_fit: Any) -> Any:
+        def fit_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            self.callbacks.append(switch)
+            sys.setprofile(profile)
+            try:
+                return original_fit(self, *args, **kwargs)
+            finally:
+                sys.setprofile(None)
 
-    pl.Trainer.fit = fit_counted  # type: ignore[method-assign]
-    try:
-        work = workloads(False)[model]
-        if loop == "bare":
-            run_bare(work, epochs, fused=True)
-        else:
-            run_recipe(work, epochs, workdir, ["--torch_threads", "1"])
-    finally:
-        pl.Trainer.fit = original_fit  # type: ignore[method-assign]
+        return fit_counted
+
+    with fits_wrapped(counted):
+        run_like_for_like(loop, model, epochs, workdir)
     return Counter(CALLS), max(1, TIMING["steps"])
 
 

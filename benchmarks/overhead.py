@@ -52,6 +52,8 @@ import os
 import pstats
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -303,6 +305,30 @@ def run_recipe(work: Workload, epochs: int, workdir: Path, extra: list[str] | No
             if profile is not None:
                 profile.disable()
     return list(LoopTimer.epochs)
+
+
+@contextmanager
+def fits_wrapped(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """``lightning.pytorch.Trainer.fit`` replaced by ``wrap(fit)`` meanwhile: how the measuring scripts add a callback
+    or a profiler to both loops' trainers (``step_costs.py``, ``call_counts.py``, ``step_positions.py``)."""
+    import lightning.pytorch as pl
+
+    original_fit = pl.Trainer.fit
+    pl.Trainer.fit = wrap(original_fit)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        pl.Trainer.fit = original_fit  # type: ignore[method-assign]
+
+
+def run_like_for_like(loop: str, model: str, epochs: int, workdir: Path,
+                      recipe_args: list[str] | None = None) -> list[tuple[int, float, int, int]]:
+    """One fit of ``model``'s workload: bare Lightning with the recipe's optimizer kernel (``loop="bare"``:
+    ``barefused``, like for like) or ``recipes fit`` with 1 torch thread (``"recipe"``, then ``recipe_args``)."""
+    work = workloads(False)[model]
+    if loop == "bare":
+        return run_bare(work, epochs, fused=True)
+    return run_recipe(work, epochs, workdir, ["--torch_threads", "1", *(recipe_args or [])])
 
 
 def measure(names: list[str], repeats: int, epochs: int, quick: bool, root: Path,

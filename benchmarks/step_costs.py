@@ -33,7 +33,7 @@ from typing import Any
 
 from _common import machine, quiet, set_threads
 
-from overhead import run_bare, run_recipe, workloads
+from overhead import fits_wrapped, run_like_for_like
 
 SECONDS: Counter[str] = Counter()
 CALLS: Counter[str] = Counter()
@@ -130,30 +130,24 @@ def profiler_and_switch(time_members: bool = True) -> tuple[Any, Any]:
 
 def measure(loop: str, epochs: int, workdir: Path, model: str = "spiral") -> dict[str, float]:
     """Microseconds per timed training step of every action and call, for ``loop`` ("bare" or "recipe")."""
-    import lightning.pytorch as pl
-
-
     SECONDS.clear()
     CALLS.clear()
     TIMING.update(on=False, steps=0)
     profiler, switch = profiler_and_switch()
-    original_fit = pl.Trainer.fit
 
-    def fit_with_timers(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self.callbacks.append(switch)
-        self.profiler = profiler
-        return original_fit(self, *args, **kwargs)
+    def with_timers(original_fit: Any) -> Any:
+        def fit_with_timers(self: Any, *args: Any, **kwargs: Any) -> Any:
+            self.callbacks.append(switch)
+            self.profiler = profiler
+            return original_fit(self, *args, **kwargs)
 
-    pl.Trainer.fit = fit_with_timers  # type: ignore[method-assign]
+        return fit_with_timers
+
     undo = patch_recipe_calls() if loop == "recipe" else (lambda: None)
     try:
-        work = workloads(False)[model]
-        if loop == "bare":
-            run_bare(work, epochs, fused=True)  # like for like: what loopwise's own code adds
-        else:
-            run_recipe(work, epochs, workdir, ["--torch_threads", "1"])
+        with fits_wrapped(with_timers):
+            run_like_for_like(loop, model, epochs, workdir)  # bare: the recipe's kernel, like for like
     finally:
-        pl.Trainer.fit = original_fit  # type: ignore[method-assign]
         undo()
     steps = max(1, TIMING["steps"])
     return {name: 1e6 * seconds / steps for name, seconds in SECONDS.items()}
@@ -192,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"step_costs: {machine()}, training thread's CPU time, {args.model}, {args.epochs} epochs per fit")
     rounds: dict[str, list[dict[str, float]]] = {"bare": [], "recipe": []}
     with tempfile.TemporaryDirectory() as tmp, quiet():
-        run_recipe(workloads(False)[args.model], 2, Path(tmp) / "warmup", ["--torch_threads", "1"])
+        run_like_for_like("recipe", args.model, 2, Path(tmp) / "warmup")
         for round_ in range(args.rounds):  # interleaved; each figure is its least over the rounds (noise only adds)
             for loop in ("bare", "recipe"):
                 costs = measure(loop, args.epochs, Path(tmp) / f"{loop}-{round_}", args.model)

@@ -32,7 +32,7 @@ from typing import Any
 
 from _common import machine, quiet, set_threads
 
-from overhead import run_bare, run_recipe, workloads
+from overhead import fits_wrapped, run_like_for_like
 
 # (loop, batch index) -> [(thread us, wall us), ...] over every timed epoch
 TIMES: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
@@ -58,24 +58,17 @@ def position_timer() -> Any:
 
 def fit(loop: str, epochs: int, workdir: Path, model: str, recipe_args: list[str] | None = None) -> None:
     """One fit of ``loop`` ("bare" or "recipe") with the position timer first among its callbacks."""
-    import lightning.pytorch as pl
 
-    original_fit = pl.Trainer.fit
+    def with_timer(original_fit: Any) -> Any:
+        def fit_with_timer(self: Any, *args: Any, **kwargs: Any) -> Any:
+            self.callbacks.insert(0, position_timer())  # first: the others' batch-end hooks count to the next batch
+            return original_fit(self, *args, **kwargs)
 
-    def fit_with_timer(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self.callbacks.insert(0, position_timer())  # first: the other callbacks' batch-end hooks count next batch
-        return original_fit(self, *args, **kwargs)
+        return fit_with_timer
 
     CURRENT["loop"] = loop
-    pl.Trainer.fit = fit_with_timer  # type: ignore[method-assign]
-    try:
-        work = workloads(False)[model]
-        if loop == "bare":
-            run_bare(work, epochs, fused=True)
-        else:
-            run_recipe(work, epochs, workdir, ["--torch_threads", "1", *(recipe_args or [])])
-    finally:
-        pl.Trainer.fit = original_fit  # type: ignore[method-assign]
+    with fits_wrapped(with_timer):
+        run_like_for_like(loop, model, epochs, workdir, recipe_args)
 
 
 def main(argv: list[str] | None = None) -> None:
