@@ -155,10 +155,11 @@ def build(work: Workload, steps_per_epoch: int, epochs: int, fused: bool = False
     return model, optimizer, scheduler
 
 
-def train_tensors(work: Workload) -> tuple[Any, Any]:
+def split_tensors(work: Workload, *splits: str) -> list[tuple[Any, Any]]:
+    """The (inputs, targets) tensors of each named split ("train", "val") of the workload's data module."""
     dm = work.make_data()
     dm.setup("fit")
-    return dm.datasets["train"].tensors
+    return [dm.datasets[split].tensors for split in splits]
 
 
 def run_limit(work: Workload, epochs: int) -> list[tuple[int, float, int, int]]:
@@ -166,7 +167,7 @@ def run_limit(work: Workload, epochs: int) -> list[tuple[int, float, int, int]]:
     import torch
     import torch.nn.functional as F
 
-    x, y = train_tensors(work)
+    [(x, y)] = split_tensors(work, "train")
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     batches = [(x[order[i:i + work.batch_size]], y[order[i:i + work.batch_size]])
                for i in range(0, len(x), work.batch_size)]
@@ -198,10 +199,7 @@ def run_seeds(work: Workload, epochs: int, after_epoch: Callable[[int], None] | 
     import torch.nn.functional as F
     from torch.utils.data import DataLoader, TensorDataset
 
-    data = work.make_data()
-    data.setup("fit")
-    x, y = data.datasets["train"].tensors
-    x_val, y_val = data.datasets["val"].tensors
+    (x, y), (x_val, y_val) = split_tensors(work, "train", "val")
     loader = DataLoader(TensorDataset(x, y), batch_size=work.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(0))
     model, optimizer, scheduler = build(work, len(loader), epochs)

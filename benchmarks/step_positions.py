@@ -12,8 +12,8 @@ epoch's first batch does after the epoch-start hooks. Each position's figure is 
 of every round.
 
 The table shows what a per-step count or a per-step average cannot: which costs come once an epoch (the first
-batch: the epoch-start hooks and the metrics handed to ``self.log``; the last: the epoch's deferred training-metric
-update and the loop doctor's read) and which every step (the recipe's callbacks and bookkeeping). When the wall
+batch: the epoch-start hooks and the caches that validation and the checkpoint writes left cold; the last: the
+epoch's deferred training-metric update and the loop doctor's read) and which every step (the recipe's callbacks and bookkeeping). When the wall
 clock exceeds the thread's CPU time, the training thread waited: for the GIL, held by a background thread
 (checkpoint uploads, MLflow's writer), or for the machine. On a small network the epoch's edges weigh as much as
 its middle, so both are printed as shares of the recipe's extra time per epoch.
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     if middle:
         early = middle[: min(5, len(middle))]
         steady = middle[len(early):]
-        rows = [("the first batch (epoch-start hooks, self.log's once-an-epoch work)", [first]),
-                (f"batches {early[0]}-{early[-1]} (after validation and checkpoints)", early)]
+        rows = [("the first batch (epoch-start hooks; cold caches after validation and checkpoints)", [first]),
+                (f"batches {early[0]}-{early[-1]} (the caches warming again)", early)]
         if steady:
             rows.append((f"batches {steady[0]}-{steady[-1]}, {extra(steady) / len(steady):+.0f} us each", steady))
         rows.append(("the last batch (the epoch's deferred metric update, the doctor's read)", [last]))
