@@ -29,6 +29,21 @@ from step_costs import TIMING, profiler_and_switch
 
 CALLS: Counter[str] = Counter()
 BY_CALLER = {"on": False}
+# which batches of an epoch are counted: all, or one place (the first batch, batches 1-5, the middle, the last batch)
+PLACE = {"only": "all", "batch": 0, "batches": 0, "steps": 0}
+
+
+def place_of(batch: int, batches: int) -> str:
+    """The place in its epoch of the batch with index ``batch`` (step_positions.py's four parts)."""
+    if batch == 0:
+        return "first"
+    if batch == batches - 1:
+        return "last"
+    return "early" if batch <= 5 else "middle"
+
+
+def counting() -> bool:
+    return TIMING["on"] and (PLACE["only"] == "all" or place_of(PLACE["batch"], PLACE["batches"]) == PLACE["only"])
 
 
 def where(frame: Any, event: str, arg: Any) -> str:
@@ -51,7 +66,7 @@ def python_name(code: Any) -> str:
 
 
 def profile(frame: Any, event: str, arg: Any) -> None:
-    if TIMING["on"] and event in ("call", "c_call"):
+    if event in ("call", "c_call") and counting():
         CALLS[where(frame, event, arg)] += 1
 
 
@@ -60,10 +75,26 @@ def count(loop: str, epochs: int, workdir: Path, model: str) -> tuple[Counter[st
     CALLS.clear()
     TIMING.update(on=False, steps=0)
     _, switch = profiler_and_switch(time_members=False)
+    PLACE.update(batch=0, steps=0)
+
+    from lightning.pytorch.callbacks import Callback
+
+    class Place(Callback):
+        """Keeps the index of the running batch (the last callback, so the others' batch-end hooks count for the batch
+        that ends)."""
+
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            PLACE.update(batch=0, batches=trainer.num_training_batches)
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if trainer.current_epoch >= 1 and place_of(batch_idx, PLACE["batches"]) == PLACE["only"]:
+                PLACE["steps"] += 1
+            PLACE["batch"] = batch_idx + 1
 
     def counted(original_fit: Any) -> Any:
         def fit_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-            self.callbacks.append(switch)
+            self.callbacks[:0] = [switch] if PLACE["only"] == "first" else []
+            self.callbacks += ([] if PLACE["only"] == "first" else [switch]) + [Place()]
             sys.setprofile(profile)
             try:
                 return original_fit(self, *args, **kwargs)
@@ -74,7 +105,7 @@ def count(loop: str, epochs: int, workdir: Path, model: str) -> tuple[Counter[st
 
     with fits_wrapped(counted):
         run_like_for_like(loop, model, epochs, workdir)
-    return Counter(CALLS), max(1, TIMING["steps"])
+    return Counter(CALLS), max(1, TIMING["steps"] if PLACE["only"] == "all" else PLACE["steps"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,10 +114,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=40, help="functions to print")
     parser.add_argument("--by-caller", action="store_true", help="name each call with the Python function calling it")
     parser.add_argument("--model", choices=["spiral", "mlp784"], default="spiral", help="overhead.py's workload")
+    parser.add_argument("--place", choices=["all", "first", "early", "middle", "last"], default="all",
+                        help="count only the first batch of each epoch, batches 1-5, 6 to the last but one, or the last")
     args = parser.parse_args(argv)
     set_threads(1)
     BY_CALLER["on"] = args.by_caller
-    print(f"call_counts: {machine()}, {args.model}, {args.epochs} epochs per fit, calls on the training thread")
+    PLACE["only"] = args.place
+    print(f"call_counts: {machine()}, {args.model}, {args.epochs} epochs per fit, calls on the training thread"
+          + ("" if args.place == "all" else f", {args.place} batches only"))
     with tempfile.TemporaryDirectory() as tmp, quiet():
         bare, bare_steps = count("bare", args.epochs, Path(tmp) / "bare", args.model)
         recipe, recipe_steps = count("recipe", args.epochs, Path(tmp) / "recipe", args.model)

@@ -4,9 +4,9 @@ Every ``log_batch`` to MLflow's SQLite store is a commit to disk, and the asynch
 a status thread and, at each flush, a restart of MLflow's worker threads (about 8 ms on 2 cores, once per checkpoint
 save). A recipe logs every 10 steps and at every epoch end; with a fast loop that is many small writes a second.
 ``HeldMetrics`` keeps the logged (step, values) pairs in memory for up to ``hold_seconds`` and hands them to the
-store as one ``log_batch`` of ``mlflow.entities.Metric`` (each with its own step and time): at a checkpoint save
-(queued to MLflow's asynchronous writer: the fsynced journal is the write-ahead log, ``recipes.tracking.write_behind``),
-when the oldest value has waited ``hold_seconds`` (asynchronously), and at the end of the run (synchronously). The run's journal records every call at once, so nothing held is lost
+store as one ``log_batch`` of ``mlflow.entities.Metric`` (each with its own step and time): when the oldest value has
+waited ``hold_seconds`` (queued to MLflow's asynchronous writer: the journal, fsynced at every checkpoint save, is the
+write-ahead log, ``recipes.tracking.write_behind``) and at the end of the run (synchronously). The run's journal records every call at once, so nothing held is lost
 to a crash that the journal does not have.
 """
 
@@ -33,32 +33,42 @@ class HeldMetrics:
     def __init__(self, hold_seconds: float = 5.0) -> None:
         self.hold_seconds = hold_seconds
         self.entries: list[tuple[int, dict[str, float], int]] = []
+        self.tags: dict[str, str] = {}  # run tags held the same way (the newest value of each)
         self.since: float | None = None  # time.monotonic() of the oldest entry
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.entries) + len(self.tags)
 
     def add(self, values: dict[str, Any], step: int | None) -> None:
         """Hold one call's values (strings are left out, as MLflow has no string metrics)."""
         numbers = {INVALID_NAME.sub("", k): float(v) for k, v in values.items() if not isinstance(v, str)}
         if not numbers:
             return
-        if not self.entries:
+        if not len(self):
             self.since = time.monotonic()
         self.entries.append((step or 0, numbers, int(time.time() * 1000)))
+
+    def add_tags(self, values: dict[str, str]) -> None:
+        """Hold run tags (a tag set again before the write is written once, with its newest value)."""
+        if values and not len(self):
+            self.since = time.monotonic()
+        self.tags.update(values)
 
     def due(self) -> bool:
         """Whether the oldest held value has waited ``hold_seconds``."""
         return self.since is not None and time.monotonic() - self.since >= self.hold_seconds
 
-    def take(self) -> list[list[Any]]:
-        """Everything held, as ``mlflow.entities.Metric`` lists of at most ``BATCH_LIMIT``, and forget it."""
-        from mlflow.entities import Metric
+    def take(self) -> list[tuple[list[Any], list[Any]]]:
+        """Everything held, as ``log_batch`` arguments ``(metrics, tags)``: ``mlflow.entities.Metric`` lists of at
+        most ``BATCH_LIMIT``, the ``RunTag`` s with the first; and forget it."""
+        from mlflow.entities import Metric, RunTag
 
         metrics = [Metric(key=k, value=v, timestamp=t, step=step) for step, values, t in self.entries
                    for k, v in values.items()]
-        self.entries, self.since = [], None
-        return [metrics[i:i + BATCH_LIMIT] for i in range(0, len(metrics), BATCH_LIMIT)]
+        tags = [RunTag(k, v) for k, v in self.tags.items()]
+        self.entries, self.tags, self.since = [], {}, None
+        batches = [metrics[i:i + BATCH_LIMIT] for i in range(0, len(metrics), BATCH_LIMIT)] or ([[]] if tags else [])
+        return [(batch, tags if i == 0 else []) for i, batch in enumerate(batches)]
 
 
 __all__ = ["BATCH_LIMIT", "HeldMetrics", "INVALID_NAME"]

@@ -221,11 +221,23 @@ class RecipeLogger(MLFlowLogger):
         elif self.held_metrics.due():
             self.send_held_metrics(synchronous=False)
 
+    @rank_zero_only
+    def hold_tag(self, key: str, value: Any) -> None:
+        """Set a run tag the way metrics are written: in the journal at once, in the store with the held metrics
+        (a tag written at every checkpoint save, ``loopwise.checkpoint_step``, costs the training thread no MLflow
+        call; its readers take the newer of the store's and the journal's)."""
+        with self._write_lock:
+            self.record("tags", values={key: str(value)})
+            self.held_metrics.add_tags({key: str(value)})
+        if self.synchronous:
+            self.send_held_metrics(synchronous=True)
+        elif self.held_metrics.due():
+            self.send_held_metrics(synchronous=False)
+
     def send_held_metrics(self, synchronous: bool = True) -> None:
         """Write the metrics held since the last write as one ``log_batch`` (``recipes.tracking.write_behind``): held
-        for up to 5 s, then queued to MLflow's asynchronous writer; queued at every checkpoint save too (the fsynced
-        journal is the write-ahead log), written synchronously at the end of the run. With ``synchronous`` nothing is
-        held."""
+        for up to 5 s, then queued to MLflow's asynchronous writer (the journal, fsynced at every checkpoint save, is
+        the write-ahead log), written synchronously at the end of the run. With ``synchronous`` nothing is held."""
         self._behind.send(synchronous)
 
     def log_history(self, by_step: dict[int, dict[str, float]]) -> None:
@@ -249,9 +261,9 @@ class RecipeLogger(MLFlowLogger):
         return self._steps_before_resume
 
     def checkpoint_saved(self) -> None:
-        """A checkpoint is being saved: the journal is fsynced (the write-ahead log: a replay restores what the store
-        lacks) and the held metrics are queued to MLflow's asynchronous writer; the training thread does not wait
-        for the store (``recipes.tracking.write_behind``)."""
+        """A checkpoint is being saved: the journal is fsynced on its worker thread (the write-ahead log: a replay
+        restores what the store lacks); the held metrics go to the store when they are due, as between saves. The
+        training thread waits neither for the disk nor for the store (``recipes.tracking.write_behind``)."""
         if mlflow_logger_run_created(self):
             self._behind.checkpoint_saved(self._journal)
 

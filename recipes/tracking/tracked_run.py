@@ -67,8 +67,13 @@ class TrackedRun:
         self._write(lambda: self.logger.experiment.log_inputs(self.logger.run_id, datasets=inputs))
 
     def set_tag(self, key: str, value: Any, synchronous: bool = True) -> None:
-        """Set one run tag (as a string); with ``synchronous`` off, through MLflow's asynchronous queue (the journal
-        has it at once: a tag written on every checkpoint save keeps the training thread off the store)."""
+        """Set one run tag (as a string); with ``synchronous`` off, held with the logger's metrics when it holds them
+        (``RecipeLogger.hold_tag``), else through MLflow's asynchronous queue (the journal has it at once either way:
+        a tag written on every checkpoint save keeps the training thread off the store)."""
+        hold = getattr(self.logger, "hold_tag", None)
+        if not synchronous and callable(hold):
+            hold(key, value)
+            return
         record = getattr(self.logger, "record", None)
         if callable(record):
             record("tags", values={key: str(value)})

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from recipes.checkpoints.run_stamp import CHECKPOINT_STEP_TAG, journaled_checkpoint_step
 from recipes.cli import main
 from recipes.compare.command import main as compare_main
-from recipes.tracking.journal import JOURNAL_NAME, JournalRecord, read_journal
+from recipes.tracking.journal import JOURNAL_NAME, JournalRecord, TrackingJournal, read_journal
 from tests.conftest import REPO, SPIRAL, mlflow_client, runs_of
 from tests.preloaded_python import preloaded_run
 
@@ -73,9 +74,10 @@ def journal_history(directory: Path, run_id: str) -> dict[tuple[str, int], float
 
 
 def test_a_checkpoint_save_never_writes_the_store_on_the_training_thread(workdir, monkeypatch) -> None:
-    """Inside every checkpoint save of a fit, the training thread makes no synchronous metric write and no flush of
-    MLflow's queue (the old code wrote the held metrics with one synchronous log_batch and flushed the queue); the
-    run's record is still complete at its end."""
+    """Inside every checkpoint save of a fit, the training thread makes no synchronous metric write, no flush of
+    MLflow's queue (the old code wrote the held metrics with one synchronous log_batch and flushed the queue), no
+    store write at all unless the held values are due (the 5 s rule: stop 45 stopped queuing them at every save), and
+    does not wait for the journal's fsync, which the save still starts; the run's record is complete at its end."""
     import mlflow
     from lightning.pytorch import Trainer
     from mlflow.tracking import MlflowClient
@@ -83,15 +85,18 @@ def test_a_checkpoint_save_never_writes_the_store_on_the_training_thread(workdir
     saving = threading.local()
     in_save: list[tuple[str, bool, str]] = []  # (call, synchronous, thread) made during a checkpoint save
     saves = []
+    saves_now: list[bool] = []  # non-empty while the training thread is inside a save
     save, log_batch, flush = Trainer.save_checkpoint, MlflowClient.log_batch, mlflow.flush_async_logging
 
     def spy_save(self, *args, **kwargs):
         saving.on = True
         saves.append(self.global_step)
+        saves_now.append(True)
         try:
             return save(self, *args, **kwargs)
         finally:
             saving.on = False
+            saves_now.clear()
 
     def spy_log_batch(self, run_id, metrics=(), *args, **kwargs):
         if getattr(saving, "on", False) and metrics:
@@ -103,16 +108,40 @@ def test_a_checkpoint_save_never_writes_the_store_on_the_training_thread(workdir
             in_save.append(("flush_async_logging", True, threading.current_thread().name))
         return flush(*args, **kwargs)
 
+    fsyncs: list[tuple[bool, bool]] = []  # the journal's fsyncs: (on its worker thread, during a save)
+    fsync = os.fsync
+
+    def spy_fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(JOURNAL_NAME):
+            fsyncs.append((threading.current_thread().name.startswith("loopwise-journal-fsync"), bool(saves_now)))
+        return fsync(fd)
+
+    step_tags: list[str] = []  # set_tag calls of loopwise.checkpoint_step that reached MLflow's client
+    set_tag = MlflowClient.set_tag
+
+    def spy_set_tag(self, run_id, key, value, *args, **kwargs):
+        if key == CHECKPOINT_STEP_TAG:
+            step_tags.append(str(value))
+        return set_tag(self, run_id, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "set_tag", spy_set_tag)
+    monkeypatch.setattr(os, "fsync", spy_fsync)
     monkeypatch.setattr(Trainer, "save_checkpoint", spy_save)
     monkeypatch.setattr(MlflowClient, "log_batch", spy_log_batch)
     monkeypatch.setattr(mlflow, "flush_async_logging", spy_flush)
     main(["fit", "-c", str(SPIRAL), *THREE_EPOCHS])
     assert len(saves) >= 3  # the saves of every epoch ran through the spy
     assert [call for call in in_save if call[1]] == []  # none waited for the store
-    assert ("log_batch", False, threading.current_thread().name) in in_save  # the held values were queued
+    assert in_save == []  # a 3-epoch run is shorter than the hold: nothing left for the store during a save
+    assert (False, True) not in fsyncs  # no save fsynced the journal on the training thread
+    assert sum(worker for worker, _ in fsyncs) >= 3  # each epoch's save had its fsync, on the worker thread
     (run,) = runs_of(workdir, "spiral_mlp")
     history = once(store_history(workdir, run.info.run_id))
     assert history == journal_history(workdir, run.info.run_id) and len(history) > 20
+    # the newest checkpoint's step: journaled at every save, held with the metrics, in the store by the end
+    assert step_tags == []  # no MLflow call of its own (it went out in the metrics' log_batch)
+    assert run.data.tags[CHECKPOINT_STEP_TAG] == str(saves[-1])
+    assert journaled_checkpoint_step(workdir / "checkpoints", "spiral_mlp", run.info.run_id) == str(saves[-1])
 
 
 @pytest.mark.slow
@@ -199,3 +228,32 @@ def test_a_live_run_is_left_to_its_process_and_a_merged_journal_costs_no_store_c
     (workdir / "checkpoints" / "wal" / live / JOURNAL_NAME).unlink()  # the live run's journal is looked at each time
     monkeypatch.setattr(mlflow.tracking, "MlflowClient", no_store)
     assert replay_pending(uri, workdir / "checkpoints") == []
+
+
+def test_a_save_starts_the_journal_fsync_on_a_worker_and_close_waits_for_it(tmp_path, monkeypatch) -> None:
+    """``sync_to_disk(wait=False)`` (a checkpoint save) returns while the fsync is still running on the journal's
+    worker thread; ``close`` (the end of the run) returns only once that fsync is done; with nothing written since the
+    last fsync there is no call at all."""
+    journal = TrackingJournal(tmp_path / JOURNAL_NAME)
+    journal.record("metrics", step=1, values={"a": 1.0})
+    release, calls = threading.Event(), []
+    fsync = os.fsync
+
+    def slow_fsync(fd):
+        calls.append(threading.current_thread().name)
+        release.wait(30)
+        return fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    journal.sync_to_disk(wait=False)  # returns with the fsync blocked on the worker
+    assert not release.is_set()
+    journal.sync_to_disk(wait=False)  # nothing new written: no second fsync
+    closer = threading.Thread(target=journal.close)
+    closer.start()
+    closer.join(0.5)
+    assert closer.is_alive()  # close waits for the fsync in flight
+    release.set()
+    closer.join(30)
+    assert not closer.is_alive()
+    assert len(calls) == 1 and calls[0].startswith("loopwise-journal-fsync")
+    assert [entry["kind"] for entry in read_journal(tmp_path / JOURNAL_NAME)] == ["start", "metrics"]
