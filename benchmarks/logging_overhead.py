@@ -18,7 +18,8 @@ median of the paired ratios):
   bootstrap 90% interval: single runs of the same variant differ by 10-20% on a shared 2-core machine, so one
   pair, or a handful, cannot resolve a 5% effect. Target: MLflow costs at most 5% (median ratio >= 0.95);
 * direct cost: the training thread's seconds inside MLflow logging calls during the loop (``log_metrics``, the
-  checkpoint hand-off to the uploader, the LR monitor's hooks) as a share of the loop's time, which does not
+  checkpoint hand-off to the uploader, the LR monitor's hooks, the checkpoint stamp's work for the run at every save:
+  the journal's fsync, the held metrics, the checkpoint-step tag) as a share of the loop's time, which does not
   depend on the machine's noise; what it leaves out is what background threads (MLflow's writer, the checkpoint
   uploader) take from the training thread through Python's GIL and the cores;
 * run: wall time of the whole ``recipes fit`` call, including the per-run fixed costs that only the MLflow variant
@@ -64,13 +65,17 @@ def timed(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def instrument() -> None:
-    """Time the training thread's MLflow logging calls: metrics, checkpoint hand-off, the LR monitor's hooks."""
+    """Time the training thread's MLflow logging calls: metrics, checkpoint hand-off, the LR monitor's hooks, and
+    what the run's checkpoint stamp does for the run at every save (the journal's fsync, the held metrics, the
+    newest checkpoint's step tag)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
+    from recipes.checkpoints.run_stamp import RunContinuity
     from recipes.tracking.logger import RecipeLogger
 
     for cls, names in ((RecipeLogger, ("log_metrics", "after_save_checkpoint")),
-                       (LearningRateMonitor, ("on_train_batch_start", "on_train_epoch_start"))):
+                       (LearningRateMonitor, ("on_train_batch_start", "on_train_epoch_start")),
+                       (RunContinuity, ("on_save_checkpoint", "tag_checkpoint_step"))):
         for name in names:
             setattr(cls, name, timed(getattr(cls, name)))
 

@@ -108,6 +108,21 @@ def test_call_counts_counts_the_calls_of_both_loops_per_step(bench, capsys):
     assert bare > 500 and recipe > bare
 
 
+def test_call_counts_counts_one_place_of_the_epoch(bench, capsys):
+    """``--place last``: only the epoch's last batch is counted (one step per timed epoch), where the recipe updates
+    the epoch's deferred training metrics (``_same_rows``) and bare Lightning does nothing of the kind."""
+    module = bench("call_counts.py")
+    assert [module.place_of(i, 22) for i in (0, 1, 5, 6, 20, 21)] == ["first", "early", "early", "middle", "middle",
+                                                                       "last"]
+    module.main(["--epochs", "2", "--top", "400", "--place", "last"])
+    out = capsys.readouterr().out
+    assert "last batches only" in out and "counted steps: bare 1, recipe 1" in out
+    rows = {line.split()[-1]: [float(x) for x in line.split()[:2]] for line in out.splitlines()
+            if line.startswith(" " * 14) and ":" in line.split()[-1]}
+    assert rows["lightning_modules/deferred_metric_updates.py:_same_rows"][0] == 0
+    assert rows["lightning_modules/deferred_metric_updates.py:_same_rows"][1] > 0
+
+
 def test_step_positions_times_every_batch_position_of_both_loops(bench, capsys):
     bench("step_positions.py").main(["--epochs", "2", "--rounds", "1"])
     out = capsys.readouterr().out
