@@ -12,6 +12,7 @@ to a crash that the journal does not have.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from typing import Any
@@ -20,6 +21,12 @@ from typing import Any
 INVALID_NAME = re.compile(r"[^a-zA-Z0-9_/. -]+")
 # MLflow's limit of metrics per log_batch call
 BATCH_LIMIT = 1000
+
+
+@functools.lru_cache(maxsize=4096)
+def _clean_name(name: str) -> str:
+    """``name`` without the characters MLflow refuses (a run logs the same few names again and again)."""
+    return INVALID_NAME.sub("", name)
 
 
 class HeldMetrics:
@@ -41,7 +48,7 @@ class HeldMetrics:
 
     def add(self, values: dict[str, Any], step: int | None) -> None:
         """Hold one call's values (strings are left out, as MLflow has no string metrics)."""
-        numbers = {INVALID_NAME.sub("", k): float(v) for k, v in values.items() if not isinstance(v, str)}
+        numbers = {_clean_name(k): float(v) for k, v in values.items() if not isinstance(v, str)}
         if not numbers:
             return
         if not len(self):

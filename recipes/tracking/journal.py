@@ -32,6 +32,8 @@ from recipes.tracking.abandoned_runs import ABANDONED_TAG, HOST_TAG, PID_TAG, pr
 from recipes.tracking.held_metrics import INVALID_NAME
 
 JOURNAL_NAME = "tracking-journal.jsonl"
+# one encoder for every entry (``json.dumps(..., default=str)`` builds a new one per call)
+_ENCODER = json.JSONEncoder(default=str)
 ATTEMPT_UNENDED = (
     "the attempt that started at {start} (process {pid} on {host}) ended without closing the run (kill -9, out of "
     "memory, power loss); marked KILLED by a replay of its journal. `--ckpt_path last` resumes it from its last "
@@ -70,7 +72,7 @@ class TrackingJournal:
                 start = {"time": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()}
                 self._handle.write(json.dumps({"kind": "start", **start}) + "\n")
         entry = {"kind": kind, "time": int(time.time() * 1000), **data}  # every entry is timed (a replay's merge)
-        self._handle.write(json.dumps(entry, default=str) + "\n")
+        self._handle.write(_ENCODER.encode(entry) + "\n")
         self._handle.flush()
         self._unsynced = True
 
