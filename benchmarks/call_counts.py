@@ -3,6 +3,7 @@
     python benchmarks/call_counts.py                  # the spiral MLP, 4 epochs each
     python benchmarks/call_counts.py --model mlp784 --epochs 3 --top 60
     python benchmarks/call_counts.py --place last     # only the last batch of each epoch (step_positions' parts)
+    python benchmarks/call_counts.py --logger-cost    # the recipe with MLflow against no logger, per whole epoch
 
 On a small network the recipe's cost per step beyond bare Lightning is a few hundred small Python calls, each about
 1-2 us on a CPU, run between the step's tensor operations. Timings of that size move by more than their own size
@@ -31,7 +32,7 @@ from step_costs import TIMING, profiler_and_switch
 CALLS: Counter[str] = Counter()
 BY_CALLER = {"on": False}
 # which batches of an epoch are counted: all, or one place (the first batch, batches 1-5, the middle, the last batch)
-PLACE = {"only": "all", "batch": 0, "batches": 0, "steps": 0}
+PLACE = {"only": "all", "batch": 0, "batches": 0, "steps": 0, "whole_epoch": False, "epochs": 0}
 
 
 def place_of(batch: int, batches: int) -> str:
@@ -44,6 +45,8 @@ def place_of(batch: int, batches: int) -> str:
 
 
 def counting() -> bool:
+    if PLACE["only"] == "epoch":
+        return bool(PLACE["whole_epoch"])
     return TIMING["on"] and (PLACE["only"] == "all" or place_of(PLACE["batch"], PLACE["batches"]) == PLACE["only"])
 
 
@@ -71,14 +74,18 @@ def profile(frame: Any, event: str, arg: Any) -> None:
         CALLS[where(frame, event, arg)] += 1
 
 
-def count(loop: str, epochs: int, workdir: Path, model: str) -> tuple[Counter[str], int]:
-    """Calls per function during the counted training steps of one fit of ``loop``, and the number of those steps."""
+def count(loop: str, epochs: int, workdir: Path, model: str,
+          recipe_args: list[str] | None = None) -> tuple[Counter[str], int]:
+    """Calls per function during the counted training steps of one fit of ``loop``, and the number of those steps
+    (with ``PLACE["only"] == "epoch"``: during every whole epoch after the first, and the number of those epochs)."""
     CALLS.clear()
     TIMING.update(on=False, steps=0)
     _, switch = profiler_and_switch(time_members=False)
-    PLACE.update(batch=0, steps=0)
+    PLACE.update(batch=0, steps=0, whole_epoch=False, epochs=0)
 
     from lightning.pytorch.callbacks import Callback
+
+    from lightning_modules.compat import skip_batch_hooks
 
     class Place(Callback):
         """Keeps the index of the running batch (the last callback, so the others' batch-end hooks count for the batch
@@ -92,9 +99,27 @@ def count(loop: str, epochs: int, workdir: Path, model: str) -> tuple[Counter[st
                 PLACE["steps"] += 1
             PLACE["batch"] = batch_idx + 1
 
+    class WholeEpochs(Callback):
+        """Counts from each epoch's start after the first (the first callback) to the end of training: the batches,
+        the validation, the epoch-end hooks and the checkpoint saves."""
+
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            if trainer.current_epoch >= 1:
+                PLACE["whole_epoch"] = True
+                PLACE["epochs"] += 1
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            PLACE["whole_epoch"] = False
+
     def counted(original_fit: Any) -> Any:
         def fit_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-            self.callbacks += [switch, Place()]
+            # only the callbacks the counting needs: each costs calls at every hook, more in bare Lightning (whose
+            # default profiler wraps each hook call in a context manager) than in the recipe
+            # (and their no-op batch hooks are skipped)
+            if PLACE["only"] == "epoch":
+                self.callbacks[:0] = [skip_batch_hooks(WholeEpochs())]
+            else:
+                self.callbacks += [switch] if PLACE["only"] == "all" else [switch, skip_batch_hooks(Place())]
             sys.setprofile(profile)
             try:
                 return original_fit(self, *args, **kwargs)
@@ -104,8 +129,9 @@ def count(loop: str, epochs: int, workdir: Path, model: str) -> tuple[Counter[st
         return fit_counted
 
     with fits_wrapped(counted):
-        run_like_for_like(loop, model, epochs, workdir)
-    return Counter(CALLS), max(1, TIMING["steps"] if PLACE["only"] == "all" else PLACE["steps"])
+        run_like_for_like(loop, model, epochs, workdir, recipe_args)
+    counted_units = {"all": TIMING["steps"], "epoch": PLACE["epochs"]}.get(PLACE["only"], PLACE["steps"])
+    return Counter(CALLS), max(1, counted_units)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -116,31 +142,42 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", choices=["spiral", "mlp784"], default="spiral", help="overhead.py's workload")
     parser.add_argument("--place", choices=["all", "first", "early", "middle", "last"], default="all",
                         help="count only the first batch of each epoch, batches 1-5, 6 to the last but one, or the last")
+    parser.add_argument("--logger-cost", action="store_true",
+                        help="count the recipe with its MLflow logger against the recipe with --trainer.logger false, "
+                             "over whole epochs (batches, validation, epoch ends, checkpoint saves), per epoch")
     args = parser.parse_args(argv)
     set_threads(1)
     BY_CALLER["on"] = args.by_caller
-    PLACE["only"] = args.place
-    print(f"call_counts: {machine()}, {args.model}, {args.epochs} epochs per fit, calls on the training thread"
-          + ("" if args.place == "all" else f", {args.place} batches only"))
+    PLACE["only"] = "epoch" if args.logger_cost else args.place
+    where_ = ", whole epochs" if args.logger_cost else "" if args.place == "all" else f", {args.place} batches only"
+    print(f"call_counts: {machine()}, {args.model}, {args.epochs} epochs per fit, calls on the training thread{where_}")
     with tempfile.TemporaryDirectory() as tmp, quiet():
-        bare, bare_steps = count("bare", args.epochs, Path(tmp) / "bare", args.model)
-        recipe, recipe_steps = count("recipe", args.epochs, Path(tmp) / "recipe", args.model)
-    per_bare = {k: v / bare_steps for k, v in bare.items()}
-    per_recipe = {k: v / recipe_steps for k, v in recipe.items()}
+        if args.logger_cost:
+            names_ = ("none", "mlflow")
+            base, base_units = count("recipe", args.epochs, Path(tmp) / "none", args.model, ["--trainer.logger", "false"])
+        else:
+            names_ = ("bare", "recipe")
+            base, base_units = count("bare", args.epochs, Path(tmp) / "bare", args.model)
+        other, other_units = count("recipe", args.epochs, Path(tmp) / "recipe", args.model)
+    per_base = {k: v / base_units for k, v in base.items()}
+    per_other = {k: v / other_units for k, v in other.items()}
+    unit = "epoch" if args.logger_cost else "step"
 
     def total(per: dict[str, float], c: bool) -> float:
         return sum(v for k, v in per.items() if k.startswith("C ") == c)
 
-    print(f"  counted steps: bare {bare_steps}, recipe {recipe_steps}")
-    print(f"\n{'calls per step':>14} {'bare':>8} {'recipe':>8} {'recipe-bare':>11}")
+    a, b_ = names_
+    print(f"  counted {unit}s: {a} {base_units}, {b_} {other_units}")
+    head = f"{'calls per ' + unit:>15} {a:>8} {b_:>8} {b_ + '-' + a:>11}"
+    print(f"\n{head}")
     for c, what in ((False, "Python functions"), (True, "C functions")):
-        b, r = total(per_bare, c), total(per_recipe, c)
-        print(f"{'':>14} {b:8.1f} {r:8.1f} {r - b:+11.1f}  {what}")
-    names = sorted(set(per_bare) | set(per_recipe), key=lambda n: -abs(per_recipe.get(n, 0) - per_bare.get(n, 0)))
-    print(f"\n{'calls per step':>14} {'bare':>8} {'recipe':>8} {'recipe-bare':>11}  function (the largest differences)")
+        x, y = total(per_base, c), total(per_other, c)
+        print(f"{'':>15} {x:8.1f} {y:8.1f} {y - x:+11.1f}  {what}")
+    names = sorted(set(per_base) | set(per_other), key=lambda n: -abs(per_other.get(n, 0) - per_base.get(n, 0)))
+    print(f"\n{head}  function (the largest differences)")
     for name in names[: args.top]:
-        b, r = per_bare.get(name, 0.0), per_recipe.get(name, 0.0)
-        print(f"{'':>14} {b:8.2f} {r:8.2f} {r - b:+11.2f}  {name}")
+        x, y = per_base.get(name, 0.0), per_other.get(name, 0.0)
+        print(f"{'':>15} {x:8.2f} {y:8.2f} {y - x:+11.2f}  {name}")
 
 
 if __name__ == "__main__":
