@@ -101,9 +101,15 @@ def main(argv: list[str] | None = None) -> None:
         return sum(med[("recipe", i)][1] - med[("bare", i)][1] for i in idx)
 
     per_epoch = {loop: sum(med[(loop, i)][1] for i in positions) for loop in ("bare", "recipe")}
+    # the sums of the means as well: an epoch now and then much slower than the median (a background thread's
+    # burst, the machine) counts in a whole-epoch figure such as overhead.py's, not in the medians
+    mean_epoch = {loop: sum(statistics.fmean(w for _, w in TIMES[(loop, i)]) for i in positions)
+                  for loop in ("bare", "recipe")}
     total = extra(positions)
     print(f"\nper epoch ({len(positions)} batches, sums of the medians): bare {per_epoch['bare'] / 1e3:.2f} ms, recipe "
           f"{per_epoch['recipe'] / 1e3:.2f} ms (+{total / 1e3:.2f} ms), recipe / bare {per_epoch['bare'] / per_epoch['recipe']:.3f}")
+    print(f"per epoch (sums of the means): bare {mean_epoch['bare'] / 1e3:.2f} ms, recipe "
+          f"{mean_epoch['recipe'] / 1e3:.2f} ms, recipe / bare {mean_epoch['bare'] / mean_epoch['recipe']:.3f}")
     if middle:
         early = middle[: min(5, len(middle))]
         steady = middle[len(early):]

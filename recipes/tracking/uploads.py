@@ -107,7 +107,10 @@ class CheckpointUploader:
                 self._closed = False
                 self._worker = threading.Thread(target=self._run, name="loopwise-upload", daemon=True)
                 self._worker.start()
-            self._cond.notify_all()
+            # a newer version of a name already waiting keeps that name's time: the worker's wait is right as it is,
+            # and waking it would only make it take Python's lock from the training thread at every save
+            if due or replaced is None:
+                self._cond.notify_all()
         if replaced is not None and replaced.staging is not None:
             shutil.rmtree(replaced.staging, ignore_errors=True)
 

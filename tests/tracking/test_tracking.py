@@ -108,6 +108,34 @@ def test_uploader_sends_a_deferred_version_by_itself_when_its_interval_has_passe
     uploader.close()
 
 
+def test_a_newer_version_of_a_waiting_name_does_not_wake_the_uploader(tmp_path: Path) -> None:
+    """At every save the logger submits best and last; within their interval each replaces a version already
+    waiting, whose time it keeps, so the worker thread is not woken (each wake takes Python's lock from the
+    training thread). A first submission of a name, and a due one, still wake it; the newest version goes out."""
+    sent: list[tuple[str, bytes]] = []
+    uploader = CheckpointUploader(lambda local, name: sent.append((name, Path(local).read_bytes())), 3600)
+    wakes = []
+    notify = uploader._cond.notify_all
+    uploader._cond.notify_all = lambda: (wakes.append(1), notify())  # type: ignore[method-assign]
+    ckpt = tmp_path / "last.ckpt"
+    ckpt.write_bytes(b"v1")
+    uploader.submit("last", ckpt)  # due: out at once
+    deadline = time.monotonic() + 10
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ckpt.write_bytes(b"v2")
+    uploader.submit("last", ckpt)  # deferred, nothing waiting yet: the worker learns its time
+    woken = len(wakes)
+    for version in (b"v3", b"v4", b"v5"):
+        ckpt.write_bytes(version)
+        uploader.submit("last", ckpt)  # replaces the waiting version: no wake-up
+    assert len(wakes) == woken
+    uploader.wait()
+    assert sent == [("last", b"v1"), ("last", b"v5")]
+    uploader.close()
+    assert uploader.errors == []
+
+
 def test_a_deferred_file_replaced_by_a_newer_version_is_skipped_quietly(tmp_path: Path, monkeypatch) -> None:
     """A trainer that keeps one best file under changing names (ModelCheckpoint's epoch=N files) submits the new file,
     then deletes the old one, possibly while the worker is about to copy the old one: the newer version goes out,
