@@ -103,13 +103,17 @@ class TrackingJournal:
             pending.result()
 
     def close(self) -> None:
-        self._wait_for_sync()
-        if self._syncer is not None:
-            self._syncer.shutdown(wait=True)
-            self._syncer = None
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        """Wait for an fsync in flight, stop its worker and close the file (closed even when that fsync failed; its
+        error is raised then)."""
+        try:
+            self._wait_for_sync()
+        finally:
+            if self._syncer is not None:
+                self._syncer.shutdown(wait=True)
+                self._syncer = None
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
 
 
 def ends_mid_line(path: Path) -> bool:

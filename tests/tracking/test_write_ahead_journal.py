@@ -257,3 +257,26 @@ def test_a_save_starts_the_journal_fsync_on_a_worker_and_close_waits_for_it(tmp_
     assert not closer.is_alive()
     assert len(calls) == 1 and calls[0].startswith("loopwise-journal-fsync")
     assert [entry["kind"] for entry in read_journal(tmp_path / JOURNAL_NAME)] == ["start", "metrics"]
+
+
+def test_a_failed_background_fsync_is_raised_by_close_which_still_closes_the_file(tmp_path, monkeypatch) -> None:
+    """An fsync that failed on the worker (a disk error) is not lost: ``close`` raises it, and the file is closed."""
+
+    def fsync_workers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("loopwise-journal-fsync")}
+
+    others = fsync_workers()  # another test's journal, if any
+    journal = TrackingJournal(tmp_path / JOURNAL_NAME)
+    journal.record("metrics", step=1, values={"a": 1.0})
+
+    def failing_fsync(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    journal.sync_to_disk(wait=False)
+    with pytest.raises(OSError, match="Input/output error"):
+        journal.close()
+    assert fsync_workers() <= others  # its worker stopped
+    journal.record("metrics", step=2, values={"a": 2.0})  # closed: the next entry opens the file again
+    journal.close()
+    assert [entry.get("step") for entry in read_journal(tmp_path / JOURNAL_NAME) if entry["kind"] == "metrics"] == [1, 2]
