@@ -28,20 +28,12 @@ from _common import machine, quiet, set_threads
 
 from overhead import fits_wrapped, run_like_for_like
 from step_costs import TIMING, profiler_and_switch
+from step_positions import place_of
 
 CALLS: Counter[str] = Counter()
 BY_CALLER = {"on": False}
 # which batches of an epoch are counted: all, or one place (the first batch, batches 1-5, the middle, the last batch)
 PLACE = {"only": "all", "batch": 0, "batches": 0, "steps": 0, "whole_epoch": False, "epochs": 0}
-
-
-def place_of(batch: int, batches: int) -> str:
-    """The place in its epoch of the batch with index ``batch`` (step_positions.py's four parts)."""
-    if batch == 0:
-        return "first"
-    if batch == batches - 1:
-        return "last"
-    return "early" if batch <= 5 else "middle"
 
 
 def counting() -> bool:

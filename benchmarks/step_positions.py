@@ -39,6 +39,16 @@ TIMES: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
 CURRENT = {"loop": "bare"}
 
 
+def place_of(batch: int, batches: int) -> str:
+    """The part of its epoch the batch with index ``batch`` belongs to: "first", "early" (batches 1-5), "middle" or
+    "last" (the parts this script splits the recipe's extra time into; ``call_counts.py --place`` counts one)."""
+    if batch == 0:
+        return "first"
+    if batch == batches - 1:
+        return "last"
+    return "early" if batch <= 5 else "middle"
+
+
 def position_timer() -> Any:
     """A callback timing each training batch of the epochs after the first, from the previous batch's end."""
     from lightning.pytorch.callbacks import Callback
@@ -95,7 +105,6 @@ def main(argv: list[str] | None = None) -> None:
     for i in positions:
         (bt, bw), (rt, rw) = med[("bare", i)], med[("recipe", i)]
         print(f"{i:>5} {bt:9.0f} {bw:7.0f} {rt:11.0f} {rw:7.0f} {rw - bw:+17.0f}")
-    first, last, middle = positions[0], positions[-1], positions[1:-1]
 
     def extra(idx: list[int]) -> float:
         return sum(med[("recipe", i)][1] - med[("bare", i)][1] for i in idx)
@@ -110,14 +119,15 @@ def main(argv: list[str] | None = None) -> None:
           f"{per_epoch['recipe'] / 1e3:.2f} ms (+{total / 1e3:.2f} ms), recipe / bare {per_epoch['bare'] / per_epoch['recipe']:.3f}")
     print(f"per epoch (sums of the means): bare {mean_epoch['bare'] / 1e3:.2f} ms, recipe "
           f"{mean_epoch['recipe'] / 1e3:.2f} ms, recipe / bare {mean_epoch['bare'] / mean_epoch['recipe']:.3f}")
-    if middle:
-        early = middle[: min(5, len(middle))]
-        steady = middle[len(early):]
-        rows = [("the first batch (epoch-start hooks; cold caches after validation and checkpoints)", [first]),
+    parts = {place: [i for i in positions if place_of(i, len(positions)) == place]
+             for place in ("first", "early", "middle", "last")}
+    early, steady = parts["early"], parts["middle"]
+    if early:
+        rows = [("the first batch (epoch-start hooks; cold caches after validation and checkpoints)", parts["first"]),
                 (f"batches {early[0]}-{early[-1]} (the caches warming again)", early)]
         if steady:
             rows.append((f"batches {steady[0]}-{steady[-1]}, {extra(steady) / len(steady):+.0f} us each", steady))
-        rows.append(("the last batch (the epoch's deferred metric update, the doctor's read)", [last]))
+        rows.append(("the last batch (the epoch's deferred metric update, the doctor's read)", parts["last"]))
         for label, idx in rows:
             print(f"  {extra(idx) / 1e3:+7.2f} ms  {100 * extra(idx) / total:5.1f}%  {label}")
 

@@ -216,10 +216,7 @@ class RecipeLogger(MLFlowLogger):
         with self._write_lock:  # in the journal and held, or neither, when writes go back to the server
             self.record("metrics", step=step, time=int(time.time() * 1000), values=dict(metrics))
             self.held_metrics.add(dict(metrics), step)
-        if self.synchronous:
-            self.send_held_metrics(synchronous=True)
-        elif self.held_metrics.due():
-            self.send_held_metrics(synchronous=False)
+        self._behind.send_due(self.synchronous)
 
     @rank_zero_only
     def hold_tag(self, key: str, value: Any) -> None:
@@ -229,10 +226,7 @@ class RecipeLogger(MLFlowLogger):
         with self._write_lock:
             self.record("tags", values={key: str(value)})
             self.held_metrics.add_tags({key: str(value)})
-        if self.synchronous:
-            self.send_held_metrics(synchronous=True)
-        elif self.held_metrics.due():
-            self.send_held_metrics(synchronous=False)
+        self._behind.send_due(self.synchronous)
 
     def send_held_metrics(self, synchronous: bool = True) -> None:
         """Write the metrics held since the last write as one ``log_batch`` (``recipes.tracking.write_behind``): held

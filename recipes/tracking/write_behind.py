@@ -73,14 +73,21 @@ class WriteBehind:
         except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
             self._failed(err)
 
+    def send_due(self, synchronous: bool) -> None:
+        """After values were held: write them now when every write is ``synchronous``, else queue them to MLflow's
+        asynchronous writer once the oldest has waited ``hold_seconds``."""
+        if synchronous:
+            self.send(synchronous=True)
+        elif self.held.due():
+            self.send(synchronous=False)
+
     def checkpoint_saved(self, journal: Any) -> None:
         """A checkpoint is being saved: fsync ``journal`` (a ``TrackingJournal``, or ``None``) on its worker thread,
         and queue the held values to MLflow's asynchronous writer if the oldest has waited ``hold_seconds``; the
         training thread waits neither for the disk nor for the store here."""
         if journal is not None:
             journal.sync_to_disk(wait=False)
-        if self.held.due():
-            self.send(synchronous=False)
+        self.send_due(synchronous=False)
 
     def flush(self, journal: Any) -> None:
         """Write every value logged so far now: the held ones synchronously, then MLflow's asynchronous queue (when
