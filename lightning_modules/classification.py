@@ -13,6 +13,7 @@ from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Scor
 from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.task import StepOutput, Task
+from lightning_modules.kept_signature import kept_signature
 
 
 def inverse_frequency_weights(class_counts: list[int]) -> list[float]:
@@ -265,6 +266,7 @@ class ClassificationModule(Task):
             columns[f"prob_{name}"] = probs[:, i].tolist()
         return columns
 
+    @kept_signature
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
         """Probabilities: ``(batch, num_classes)`` (multiclass, multilabel) or ``(batch,)`` P(class 1) (binary)."""
         inputs, _ = split_batch(batch)

@@ -15,6 +15,7 @@ from torchmetrics.text import Perplexity
 from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.task import StepOutput, Task, initial_loss_wording
+from lightning_modules.kept_signature import kept_signature
 
 
 class LanguageModelModule(Task):
@@ -118,6 +119,7 @@ class LanguageModelModule(Task):
         tokens = (targets != self.ignore_index).sum()  # what the loss is a mean over: the val/test loss weighs by it
         return StepOutput(loss, logits.detach(), targets, batch_length(inputs), tokens)
 
+    @kept_signature
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
         """Prompts: the ``max_new_tokens`` generated token ids after each prompt ``(batch, max_new_tokens)``.
         Windows: the most likely next token at every position ``(batch, time)``."""

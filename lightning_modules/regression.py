@@ -13,6 +13,7 @@ from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, 
 from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.task import StepOutput, Task
+from lightning_modules.kept_signature import kept_signature
 
 
 class RegressionModule(Task):
@@ -158,6 +159,7 @@ class RegressionModule(Task):
             return {"prediction": values[:, 0].tolist()}
         return {f"prediction_{i}": values[:, i].tolist() for i in range(values.shape[1])}
 
+    @kept_signature
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
         """Predictions in the original target units."""
         inputs, _ = split_batch(batch)

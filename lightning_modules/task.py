@@ -20,13 +20,14 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
-from lightning_modules.compat import attached_trainer, built_from_config, is_compiled_in_place, relog_held_metrics, remember_data_hook_owners, skip_batch_hooks
+from lightning_modules.compat import QuickHookNameWrites, attached_trainer, built_from_config, is_compiled_in_place, relog_held_metrics, remember_data_hook_owners, skip_batch_hooks
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
 from lightning_modules.evaluation_loss import MeanLoss
 from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way, clips_under_a_grad_scaler
 from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
+from lightning_modules.kept_signature import kept_signature
 from lightning_modules.optim import Constant, Schedule, apply_lr_factors, total_optimizer_steps
 from lightning_modules.optimizer_kernels import fused_where_supported, keep_kernel_on_load
 from lightning_modules.plateau_step import PlateauStep, plateau_step_taken
@@ -39,7 +40,7 @@ STAGES = ("train", "val", "test")
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity")
 
 
-class Task(LightningModule):
+class Task(QuickHookNameWrites, LightningModule):
     """Base of every loopwise task: network, optimizer, schedule, per-stage metrics and the monitored metric.
 
     Args:
@@ -88,6 +89,7 @@ class Task(LightningModule):
     #: left out of the saved hyperparameters, so the values of the predict command (``--model.init_args.<name>``)
     #: or YAML apply to a checkpoint, which LightningCLI otherwise rebuilds from its own hyperparameters.
     prediction_options: ClassVar[tuple[str, ...]] = ()
+    plain_attributes = QuickHookNameWrites.plain_attributes | {"gradient_norm"}  # set at every step
 
     def __init__(
         self,
@@ -107,9 +109,8 @@ class Task(LightningModule):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise TypeError(f"{type(self).__name__}: model must be an nn.Module, got {type(model).__name__}")
-        # Created by LightningCLI, the hyperparameters are the parsed config (class paths, plain values), which
-        # load_from_checkpoint can rebuild the network from. Created in Python, the network, optimizer and
-        # schedule are objects that a weights_only checkpoint cannot hold: pass them again when loading.
+        # From LightningCLI, the hyperparameters are the parsed config (class paths, plain values) load_from_checkpoint
+        # rebuilds the network from; from Python, network, optimizer and schedule are objects: pass them to load.
         from_config = built_from_config()
         ignore = list(self.prediction_options) + ([] if from_config else ["model", "optimizer", "schedule"])
         self.save_hyperparameters(ignore=ignore, logger=False)
@@ -120,9 +121,8 @@ class Task(LightningModule):
         self.schedule = schedule if schedule is not None else Constant()
         self.monitor = monitor or self.default_monitor
         self.monitor_mode = monitor_mode or self.mode_for(self.monitor)
-        self.compile_network = compile
+        self.compile_network, self.channels_last = compile, channels_last
         self._metrics_logged: dict[str, bool] = {}  # per stage: the metrics were logged this epoch
-        self.channels_last = channels_last
         #: one collection per stage (``stage_metrics``: clones, evaluation-only metrics, no per-batch argument checks)
         metrics = stage_metrics(self.build_metrics(), self.build_eval_metrics())
         self.train_metrics, self.val_metrics, self.test_metrics = metrics
@@ -137,8 +137,7 @@ class Task(LightningModule):
     @staticmethod
     def mode_for(metric: str) -> Literal["min", "max"]:
         """"min" for losses and errors, "max" for scores such as accuracy."""
-        name = metric.rsplit("/", 1)[-1].lower()
-        return "min" if any(name.endswith(suffix) for suffix in LOWER_IS_BETTER) else "max"
+        return "min" if metric.rsplit("/", 1)[-1].lower().endswith(LOWER_IS_BETTER) else "max"
 
     # --- hooks for subclasses -------------------------------------------------------------------------------
     def build_metrics(self) -> MetricCollection:
@@ -305,12 +304,10 @@ class Task(LightningModule):
                 self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
 
-    def _last_evaluation_batch(self, batch_idx: int | None) -> bool:
-        """Whether ``batch_idx`` ends a val/test loader (true outside a Trainer or for an unsized loader)."""
-        return is_last_evaluation_batch(attached_trainer(self), batch_idx)
+    def _last_evaluation_batch(self, batch_idx: int | None) -> bool:  # true outside a Trainer or for unsized loaders
+        return is_last_evaluation_batch(attached_trainer(self), batch_idx)  # whether batch_idx ends a val/test loader
 
-    def _train_values_read_now(self) -> bool:
-        """Whether this training step's values are read (``read_steps.train_values_read_now``)."""
+    def _train_values_read_now(self) -> bool:  # whether this training step's values are read
         return train_values_read_now(attached_trainer(self))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -345,12 +342,15 @@ class Task(LightningModule):
     def on_test_epoch_end(self) -> None:
         self.metric_updates["test"].flush()
 
+    @kept_signature
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self._shared_step(batch, "train", batch_idx).loss
 
+    @kept_signature
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._shared_step(batch, "val", batch_idx)
 
+    @kept_signature
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._shared_step(batch, "test", batch_idx)
 

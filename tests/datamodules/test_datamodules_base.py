@@ -140,3 +140,21 @@ def test_missing_split_has_a_clear_error():
         dm.test_dataloader()
     # predict falls back to the val split
     assert sum(len(b[0]) for b in dm.predict_dataloader()) == 4
+
+
+def test_a_batch_of_indices_becomes_the_same_index_tensor_by_the_quick_path_or_torchs():
+    from datamodules.tensor_dataset import index_tensor
+
+    x = torch.randn(20, 3)
+    dataset = BatchedTensorDataset(x, torch.arange(20))
+    for indices in ([4, 0, 19, 7], [5], torch.tensor([3, 2]), [True, 2]):
+        quick = index_tensor(indices)
+        assert quick.dtype == torch.long and torch.equal(quick, torch.as_tensor(indices, dtype=torch.long))
+    assert index_tensor([]).shape == (0,)
+    batch_x, batch_y = dataset.__getitems__([4, 0, 19])
+    assert torch.equal(batch_x, x[[4, 0, 19]]) and batch_y.tolist() == [4, 0, 19]
+    assert dataset.__getitems__(torch.tensor([1, 2]))[1].tolist() == [1, 2]  # a sampler's tensor batch too
+    assert index_tensor([2.0, 1.0]).tolist() == [2, 1]  # not ints: torch's conversion, as before
+    quick = index_tensor([1, 2, 3])
+    del dataset
+    assert quick.tolist() == [1, 2, 3]  # the tensor keeps its buffer alive

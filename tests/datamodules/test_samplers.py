@@ -340,3 +340,22 @@ def test_base_train_loader_built_at_a_later_epoch_shuffles_like_one_that_ran_the
     straight = first_epoch_order(0, 4)
     assert len({tuple(o) for o in straight}) == 4  # every epoch reshuffles
     assert first_epoch_order(2, 2) == straight[2:]  # resumed at epoch 2: the same two epochs
+
+
+def test_a_sampler_pass_counts_what_it_has_yielded_without_a_python_step_per_index():
+    import itertools
+
+    from datamodules.samplers import EpochRandomSampler
+
+    sampler = EpochRandomSampler(list(range(30)), seed=2)
+    sampler.set_epoch(1)
+    order = list(sampler)
+    sampler.set_epoch(1)
+    passing = iter(sampler)
+    assert list(itertools.islice(passing, 7)) == order[:7]
+    assert sampler.state_dict() == {"epoch": 1, "position": 7}
+    sampler.load_state_dict({"epoch": 1, "position": 12})  # a resume: the next pass of epoch 1 starts at 12
+    assert sampler.state_dict() == {"epoch": 1, "position": 12}
+    resumed = iter(sampler)
+    assert next(resumed) == order[12] and sampler.state_dict() == {"epoch": 1, "position": 13}
+    assert list(resumed) == order[13:] and sampler.state_dict() == {"epoch": 1, "position": 30}

@@ -440,6 +440,48 @@ def test_remember_data_hook_owners_asks_lightning_once_per_hook_and_keeps_its_an
     compat.remember_data_hook_owners(object())  # no selector: nothing to do
 
 
+@probes("QuickHookNameWrites")
+def test_quick_hook_name_writes_keeps_every_hook_name_lightning_sets_without_module_setattr(tmp_path: Path) -> None:
+    seen: list[str | None] = []
+
+    class Watching(BoringModel):
+        def training_step(self, batch, batch_idx):
+            seen.append(self._current_fx_name)
+            return super().training_step(batch, batch_idx)
+
+        def on_train_batch_end(self, *args) -> None:
+            seen.append(self._current_fx_name)
+
+    class Quick(compat.QuickHookNameWrites, Watching):
+        plain_attributes = compat.QuickHookNameWrites.plain_attributes | {"note"}
+
+    message = upgrade_message("QuickHookNameWrites")
+    original = nn.Module.__setattr__
+    for model, module_writes in ((Watching(), "many"), (Quick(), 0)):
+        assert "_current_fx_name" in vars(model) and model._current_fx_name is None, message  # a plain attribute
+        seen.clear()
+        writes: list[str] = []
+
+        def counted(self, name, value):
+            writes.append(name)
+            original(self, name, value)
+
+        with mock.patch.object(nn.Module, "__setattr__", counted):
+            tiny_trainer(tmp_path, limit_val_batches=0, num_sanity_val_steps=0).fit(model)
+        assert seen == ["training_step", "on_train_batch_end"] * 4, message  # the name of the running hook
+        assert model._current_fx_name is None, message
+        hook_name_writes = writes.count("_current_fx_name")
+        # Lightning sets and restores the name around each hook (> 20 writes a step); the mixin takes them all
+        assert hook_name_writes > 80 if module_writes == "many" else hook_name_writes == 0, message
+    quick = Quick()
+    quick.note = "plain"  # a listed name with a plain value: straight into __dict__
+    assert vars(quick)["note"] == "plain"
+    quick.note = nn.Parameter(torch.ones(1))  # anything else takes nn.Module's path
+    assert "note" in dict(quick.named_parameters()) and "note" not in vars(quick)
+    quick.layer2 = nn.Linear(1, 1)
+    assert "layer2" in dict(quick.named_children())
+
+
 @probes("relog_held_metrics")
 def test_relog_held_metrics_logs_what_self_log_logs_from_the_second_epoch_on(tmp_path: Path) -> None:
     from lightning.pytorch.loggers import CSVLogger
