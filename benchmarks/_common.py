@@ -168,6 +168,13 @@ class LoopTimer(Callback):
     epochs: ClassVar[list[tuple[int, float, int, int]]] = []  # (epoch, seconds, samples, steps)
     rss: ClassVar[list[tuple[int, int]]] = []  # (epoch, bytes)
 
+    def __init__(self) -> None:
+        from lightning_modules.compat import skip_batch_hooks
+
+        # Lightning calls every callback's batch hooks, the base class's no-ops too (five a step here): the timer
+        # would add their dispatch to the Lightning loops it times and not to the plain loops they are compared with
+        skip_batch_hooks(self)
+
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         synchronize(pl_module.device)
         self.samples = 0
