@@ -315,3 +315,29 @@ def test_fine_tuning_from_digits_0_4_beats_training_from_scratch_on_5_9(bench, c
     assert sum(pretrained) / 3 >= sum(scratch) / 3 + 0.005
     assert sum(p > s for p, s in zip(pretrained, scratch)) >= 2
     assert "| pretrained |" in capsys.readouterr().out
+
+
+def test_dispatch_costs_undoes_the_shortcuts_only_inside_its_block_and_prints_ratios(bench, capsys):
+    import inspect
+
+    import datamodules.sampler_position as sampler_position
+    import datamodules.tensor_dataset as tensor_dataset
+    from datamodules.samplers import EpochRandomSampler
+    from lightning_modules.task import Task
+
+    dispatch = bench("dispatch_costs.py")
+    run, index_tensor = sampler_position.PassPosition.run, tensor_dataset.index_tensor
+    sampler = EpochRandomSampler(list(range(10)), seed=1)
+    order = list(sampler)
+    with dispatch.shortcuts_undone():
+        assert Task.plain_attributes == frozenset() and "__signature__" not in vars(Task.training_step)
+        assert inspect.isgeneratorfunction(sampler_position.PassPosition.run)
+        assert tensor_dataset.index_tensor is not index_tensor
+        sampler.set_epoch(0)
+        assert list(sampler) == order  # the same order, counted the old way
+    assert "_current_fx_name" in Task.plain_attributes and "__signature__" in vars(Task.training_step)
+    assert sampler_position.PassPosition.run is run and tensor_dataset.index_tensor is index_tensor
+    dispatch.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "recipe / without: paired " in out and "recipe / seeds: paired " in out
+    assert re.search(r"tensor loader, us per batch of 64 \(median, min\): quick pass [\d.]+, [\d.]+; without", out)
