@@ -9,7 +9,7 @@ Four variants of the spiral workload run interleaved in one process (``barefused
   barefused  bare Lightning with the recipe's optimizer kernel (``overhead.py``'s variant)
   recipe     ``recipes fit`` as it is
   without    the same recipe with the shortcuts undone in this process: the task's hook-name writes through
-             ``nn.Module.__setattr__`` (``Task.plain_attributes`` emptied), the step methods' signatures built by
+             ``nn.Module.__setattr__`` (the mixin's ``__setattr__`` shadowed), the step methods' signatures built by
              ``inspect`` at every batch (their ``__signature__`` removed), the sampler's pass through a Python
              generator that counts each index, and the batch's indices converted by ``torch.as_tensor``
   seeds      the seeds' complete loop (``overhead.py``'s variant)
@@ -41,35 +41,32 @@ def shortcuts_undone() -> Iterator[None]:
     """This stop's dispatch and loader shortcuts undone for the block (restored after it)."""
     import torch
 
-    import datamodules.sampler_position as sampler_position
     import datamodules.tensor_dataset as tensor_dataset
+    from datamodules.samplers import EpochRandomSampler
     from lightning_modules.task import Task
 
     steps = [getattr(Task, name) for name in ("training_step", "validation_step", "test_step")]
     kept = [step.__signature__ for step in steps]
-    plain, run, index_tensor = Task.plain_attributes, sampler_position.PassPosition.run, tensor_dataset.index_tensor
+    quick_pass, index_tensor = EpochRandomSampler.__iter__, tensor_dataset.index_tensor
 
-    def counting_run(self: Any, items: list[Any], epoch: int) -> Iterator[Any]:  # the pass before this stop
-        start = self.resume[1] if self.resume is not None and self.resume[0] == epoch else 0
-        self.resume = None
-        self.epoch, self._total, self._left = epoch, len(items), iter(())
-        self.counted = start
-        for item in items[start:]:
-            self.counted += 1  # one Python step per index: the per-item count of the pass before this stop
-            yield item
+    def counting_pass(self: Any) -> Iterator[int]:  # the pass before this stop: Python steps per index, counting it
+        self.counted = 0
+        for index in quick_pass(self):
+            self.counted += 1
+            yield index
 
-    Task.plain_attributes = frozenset()
+    Task.__setattr__ = torch.nn.Module.__setattr__  # type: ignore[method-assign, assignment]
     for step in steps:
         del step.__signature__
-    sampler_position.PassPosition.run = counting_run  # type: ignore[method-assign]
+    EpochRandomSampler.__iter__ = counting_pass  # type: ignore[method-assign]
     tensor_dataset.index_tensor = lambda indices: torch.as_tensor(indices, dtype=torch.long)
     try:
         yield
     finally:
-        Task.plain_attributes = plain
+        del Task.__setattr__  # the mixin's again
         for step, signature in zip(steps, kept):
             step.__signature__ = signature
-        sampler_position.PassPosition.run = run  # type: ignore[method-assign]
+        EpochRandomSampler.__iter__ = quick_pass  # type: ignore[method-assign]
         tensor_dataset.index_tensor = index_tensor
 
 

@@ -13,8 +13,9 @@ sampler from that count.
 
 from __future__ import annotations
 
+import itertools
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -64,6 +65,16 @@ class PassPosition:
         self.epoch, self._total = epoch, len(items)
         self._left = iter(items[start:])
         return self._left
+
+
+def lazy_pass(begin: Callable[[], Iterator[T]]) -> Iterator[T]:
+    """An iterator that calls ``begin()`` at its first ``next()``, as a generator's body would run, and then yields
+    what ``begin()`` returned with no Python step per item (``itertools.chain`` does the iterating in C)."""
+    return itertools.chain.from_iterable(_begun(begin))
+
+
+def _begun(begin: Callable[[], Iterator[T]]) -> Iterator[Iterator[T]]:
+    yield begin()
 
 
 class CarriesPosition:

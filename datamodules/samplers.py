@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import BatchSampler, Dataset, DistributedSampler, RandomSampler, Sampler
 
-from datamodules.sampler_position import CarriesPosition, PassPosition
+from datamodules.sampler_position import CarriesPosition, PassPosition, lazy_pass
 
 
 def _resolve_replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
@@ -90,13 +90,16 @@ class EpochRandomSampler(CarriesPosition, RandomSampler):
         self._epoch_given = True
 
     def __iter__(self) -> Iterator[int]:
+        return lazy_pass(self._begin_pass)
+
+    def _begin_pass(self) -> Iterator[int]:
         if self._passes > 0 and not self._epoch_given:
             self.epoch += 1  # nobody said which epoch this is: the next one
         self._epoch_given = False
         self._passes += 1
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         order = torch.randperm(len(self.data_source), generator=generator).tolist()  # type: ignore[arg-type]
-        yield from self.position.run(order, self.epoch)
+        return self.position.run(order, self.epoch)
 
 
 
@@ -172,7 +175,11 @@ class ClassBalancedSampler(CarriesPosition, DistributedSampler):
         return drawn
 
     def __iter__(self) -> Iterator[int]:
-        return self.position.run(self.draws()[self.rank : self.total_size : self.num_replicas].tolist(), self.epoch)
+        return lazy_pass(lambda: self.position.run(self.shard().tolist(), self.epoch))
+
+    def shard(self) -> Tensor:
+        """This rank's indices of the current epoch's draw."""
+        return self.draws()[self.rank : self.total_size : self.num_replicas]
 
 
 

@@ -25,6 +25,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
+from lightning_modules.init_args import add_missing_init_args
+
 try:  # set by LightningCLI while it instantiates a module from a config (Lightning >= 2.3)
     from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters as _GIVEN_HYPERPARAMETERS
 except ImportError:  # pragma: no cover - another Lightning without it: modules count as built in Python
@@ -142,22 +144,29 @@ class QuickHookNameWrites:
     """Mixin for a LightningModule (listed before it among the bases): Lightning's writes of the name of the hook it
     is running, and of the ``plain_attributes`` a subclass adds, go straight into the instance's ``__dict__``.
 
-    Lightning sets ``_current_fx_name`` before and after every module, callback and strategy hook it calls: about 47
-    writes a training step. ``nn.Module.__setattr__`` checks each value against parameters, submodules and buffers
-    first (3.8 us a write on a 2-core EPYC, a tenth of a spiral MLP's CPU step), then stores a string, ``None`` or a
-    plain tensor in ``__dict__``: this does that at once (0.3 us). Other names and values take the usual path."""
+    Lightning sets ``_current_fx_name`` around every module, callback and strategy hook it calls (47 writes a step);
+    ``nn.Module.__setattr__`` checks each value against parameters, submodules and buffers (3.8 us a write on a 2-core
+    EPYC, a tenth of a spiral MLP's CPU step) before it stores a string, ``None`` or a plain tensor in ``__dict__``, as
+    this does at once (0.5 us). Other names and values (a parameter, module, ``nn.Buffer``), a name registered as one,
+    and a name a class of the module defines (a property) take the usual path."""
 
     #: attributes that only ever hold a string, ``None`` or a plain tensor (never a parameter, submodule or buffer)
     plain_attributes: ClassVar[frozenset[str]] = frozenset({"_current_fx_name"})
+    _quick_names: ClassVar[frozenset[str]] = plain_attributes
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._quick_names = frozenset(n for n in cls.plain_attributes if not any(n in vars(k) for k in cls.__mro__))
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in self.plain_attributes and type(value) in _PLAIN_VALUE_TYPES:
-            self.__dict__[name] = value
-        else:
-            super().__setattr__(name, value)
-
-
-_PLAIN_VALUE_TYPES = (str, type(None), torch.Tensor)  # exact types: a Parameter's type is not Tensor
+        if name in self._quick_names and (value is None or type(value) is str or (
+                type(value) is torch.Tensor and not getattr(value, "_is_buffer", False))):
+            own = self.__dict__  # and not a name registered as a parameter, buffer or submodule:
+            if name not in own.get("_parameters", ()) and name not in own.get("_buffers", ()) and name not in own.get(
+                    "_modules", ()):
+                own[name] = value
+                return
+        super().__setattr__(name, value)
 
 
 def optimizer_has_stepped(optimizer: torch.optim.Optimizer) -> bool:
@@ -375,18 +384,6 @@ class ConfigDumpWithInitArgs:
         if not hasattr(self, "config_dump"):
             super()._dump_config()  # type: ignore[misc]
             add_missing_init_args(self.config_dump)  # type: ignore[attr-defined]
-
-
-def add_missing_init_args(node: Any) -> None:
-    """Give every mapping with a ``class_path`` and no ``init_args`` an empty ``init_args`` (in place)."""
-    if isinstance(node, dict):
-        if "class_path" in node and node.get("init_args") is None:
-            node["init_args"] = {}
-        for value in node.values():
-            add_missing_init_args(value)
-    elif isinstance(node, list):
-        for value in node:
-            add_missing_init_args(value)
 
 
 __all__ = [

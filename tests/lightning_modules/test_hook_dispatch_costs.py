@@ -95,3 +95,34 @@ def test_a_tasks_fit_writes_the_hook_name_and_gradient_norm_without_module_setat
     assert "_current_fx_name" not in writes and "gradient_norm" not in writes
     assert isinstance(vars(module)["gradient_norm"], torch.Tensor)  # the norm clipping measured, kept as before
     assert module._current_fx_name is None
+
+
+def test_quick_writes_leave_buffers_registered_names_and_properties_to_nn_module() -> None:
+    class Module(QuickHookNameWrites, nn.Module):
+        plain_attributes = QuickHookNameWrites.plain_attributes | {"norm", "shown", "weight"}
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        @property
+        def shown(self) -> str:
+            return self.seen[-1]
+
+        @shown.setter
+        def shown(self, value: str) -> None:
+            self.seen.append(value)
+
+    module = Module()
+    module.norm = torch.ones(2)  # a plain tensor under a listed name: straight into __dict__
+    assert "norm" in vars(module) and not dict(module.named_buffers())
+    module.shown = "x"  # a property of the class: its setter runs
+    assert module.seen == ["x"] and module.shown == "x" and "shown" not in vars(module)
+    del module.norm
+    module.norm = nn.Buffer(torch.zeros(1))  # an nn.Buffer registers, as nn.Module does it
+    assert "norm" in dict(module.named_buffers()) and "norm" not in vars(module)
+    module.norm = torch.ones(1)  # a registered buffer's name: the buffer is replaced, not shadowed
+    assert module.state_dict()["norm"].tolist() == [1.0] and "norm" not in vars(module)
+    module.weight = nn.Parameter(torch.ones(1))
+    with pytest.raises(TypeError):  # nn.Module's own refusal of a plain tensor over a parameter
+        module.weight = torch.zeros(1)
