@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from _common import machine, set_clock, set_threads
+from _common import machine, set_clock, set_threads, throughput
 
 import overhead
 
@@ -70,12 +70,6 @@ def shortcuts_undone() -> Iterator[None]:
         tensor_dataset.index_tensor = index_tensor
 
 
-def rate(epochs: list[tuple[int, float, int, int]]) -> float:
-    """Samples per second over the timed epochs (all but the first)."""
-    timed = epochs[1:] or epochs
-    return sum(e[2] for e in timed) / sum(e[1] for e in timed)
-
-
 def loader_pass_us(loader: Any, passes: int) -> float:
     """Microseconds per batch of ``passes`` passes over ``loader`` (wall clock)."""
     start = time.perf_counter()
@@ -112,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
                     with shortcuts_undone():
                         runs = overhead.run_recipe(work, epochs, Path(tmp) / f"{name}{repeat}",
                                                    ["--torch_threads", "1"])
-                rates[name].append(rate(runs))
+                rates[name].append(throughput(runs)[0])
             print(f"  rep {repeat + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rates.items()),
                   flush=True)
     print("\nsamples/s (median): " + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in rates.items()))

@@ -12,8 +12,8 @@ from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Scor
 
 from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
-from lightning_modules.task import StepOutput, Task
 from lightning_modules.kept_signature import kept_signature
+from lightning_modules.task import StepOutput, Task
 
 
 def inverse_frequency_weights(class_counts: list[int]) -> list[float]:

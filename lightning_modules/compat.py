@@ -147,7 +147,7 @@ class QuickHookNameWrites:
     Lightning sets ``_current_fx_name`` around every module, callback and strategy hook it calls (47 writes a step);
     ``nn.Module.__setattr__`` checks each value against parameters, submodules and buffers (3.8 us a write on a 2-core
     EPYC, a tenth of a spiral MLP's CPU step) before it stores a string, ``None`` or a plain tensor in ``__dict__``, as
-    this does at once (0.5 us). Other names and values (a parameter, module, ``nn.Buffer``), a name registered as one,
+    this does at once (0.4 us). Other names and values (a parameter, module, ``nn.Buffer``), a name registered as one,
     and a name a class of the module defines (a property) take the usual path."""
 
     #: attributes that only ever hold a string, ``None`` or a plain tensor (never a parameter, submodule or buffer)

@@ -14,8 +14,8 @@ from torchmetrics.text import Perplexity
 
 from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
-from lightning_modules.task import StepOutput, Task, initial_loss_wording
 from lightning_modules.kept_signature import kept_signature
+from lightning_modules.task import StepOutput, Task, initial_loss_wording
 
 
 class LanguageModelModule(Task):

@@ -109,8 +109,9 @@ class Task(QuickHookNameWrites, LightningModule):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise TypeError(f"{type(self).__name__}: model must be an nn.Module, got {type(model).__name__}")
-        # From LightningCLI, the hyperparameters are the parsed config (class paths, plain values) load_from_checkpoint
-        # rebuilds the network from; from Python, network, optimizer and schedule are objects: pass them to load.
+        # Created by LightningCLI, the hyperparameters are the parsed config (class paths, plain values), which
+        # load_from_checkpoint can rebuild the network from. Created in Python, the network, optimizer and
+        # schedule are objects that a weights_only checkpoint cannot hold: pass them again when loading.
         from_config = built_from_config()
         ignore = list(self.prediction_options) + ([] if from_config else ["model", "optimizer", "schedule"])
         self.save_hyperparameters(ignore=ignore, logger=False)
@@ -121,8 +122,9 @@ class Task(QuickHookNameWrites, LightningModule):
         self.schedule = schedule if schedule is not None else Constant()
         self.monitor = monitor or self.default_monitor
         self.monitor_mode = monitor_mode or self.mode_for(self.monitor)
-        self.compile_network, self.channels_last = compile, channels_last
+        self.compile_network = compile
         self._metrics_logged: dict[str, bool] = {}  # per stage: the metrics were logged this epoch
+        self.channels_last = channels_last
         #: one collection per stage (``stage_metrics``: clones, evaluation-only metrics, no per-batch argument checks)
         metrics = stage_metrics(self.build_metrics(), self.build_eval_metrics())
         self.train_metrics, self.val_metrics, self.test_metrics = metrics
@@ -279,15 +281,15 @@ class Task(QuickHookNameWrites, LightningModule):
 
     def _shared_step(self, batch: Any, stage: str, batch_idx: int | None = None) -> StepOutput:
         out = self.forward_batch(batch)
-        updates = self.metric_updates[stage]
+        updates, trainer = self.metric_updates[stage], attached_trainer(self)
         updates.add(out.outputs, out.targets)
         if stage == "train":
-            if self._train_values_read_now():
-                if train_metrics_read_now(attached_trainer(self)):  # epoch values: not read at a logging step
+            if train_values_read_now(trainer):  # a logging step, the epoch's or run's last
+                if train_metrics_read_now(trainer):  # epoch values: not read at a logging step
                     updates.flush()
-                self.train_step_logging.step_read(attached_trainer(self), out.loss)
+                self.train_step_logging.step_read(trainer, out.loss)
         else:
-            if self._last_evaluation_batch(batch_idx):
+            if is_last_evaluation_batch(trainer, batch_idx):  # true outside a Trainer
                 updates.flush()
             weight = out.batch_size if out.loss_weight is None else out.loss_weight
             getattr(self, f"{stage}_loss_metric").update(self.evaluation_loss(out), weight)
@@ -303,12 +305,6 @@ class Task(QuickHookNameWrites, LightningModule):
                     self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=out.batch_size)
                 self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
-
-    def _last_evaluation_batch(self, batch_idx: int | None) -> bool:  # true outside a Trainer or for unsized loaders
-        return is_last_evaluation_batch(attached_trainer(self), batch_idx)  # whether batch_idx ends a val/test loader
-
-    def _train_values_read_now(self) -> bool:  # whether this training step's values are read
-        return train_values_read_now(attached_trainer(self))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trainer.should_stop:  # set during this batch (a signal, a callback): the epoch ends here
