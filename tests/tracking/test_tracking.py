@@ -407,3 +407,30 @@ def test_async_logging_uses_one_worker_thread_unless_the_user_chose(workdir: Pat
     monkeypatch.setenv(ASYNC_POOL_ENV, "4")
     RecipeLogger(experiment_name="pool")
     assert os.environ[ASYNC_POOL_ENV] == "4"
+
+
+# --- MLflow's process-wide settings do not outlive a command ---------------------------------------------------------
+def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_first_ones(workdir: Path,
+                                                                                         monkeypatch) -> None:
+    """Lightning's MLFlowLogger sets MLflow's global tracking URI (exported as MLFLOW_TRACKING_URI) to the run's store;
+    before the fix the next recipe of the same process (a notebook) read it as the user's and logged into the first
+    folder's store (or failed when that folder was gone). Each command now leaves MLflow's settings as it found
+    them, the user's own MLFLOW_* variables included."""
+    import mlflow
+
+    from recipes.cli import main
+    from tests.conftest import SPIRAL, runs_of
+
+    monkeypatch.setenv("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "7")  # the user's own choice stays
+    before = ({k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}, mlflow.is_tracking_uri_set())
+    tiny = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1",
+            "--mlflow_model", "false", "--system_metrics_interval", "0"]
+    first, second = workdir / "first", workdir / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        main(["fit", "-c", str(SPIRAL), *tiny])
+        after = ({k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}, mlflow.is_tracking_uri_set())
+        assert after == before
+    assert len(runs_of(first, "spiral_mlp")) == 1
+    assert len(runs_of(second, "spiral_mlp")) == 1
