@@ -151,7 +151,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         if cfg is None:
             return
         try:
-            check_trainer_settings(cfg)
+            check_trainer_settings(cfg, self.config.get("subcommand"))
             check_learning_rates(cfg)
             self.apply_to_config(cfg, configure_tracking(cfg))
             as_built = evaluates_as_built(str(self.config.get("subcommand")), cfg.get("ckpt_path"), init_from_of(cfg))

@@ -5,11 +5,19 @@ from __future__ import annotations
 from jsonargparse import Namespace
 
 
-def check_trainer_settings(cfg: Namespace) -> None:
+def check_trainer_settings(cfg: Namespace, subcommand: str | None = None) -> None:
     """``ValueError`` naming the setting for ``max_epochs`` 0 or below -1 (-1 is Lightning's "no limit") and a
     ``gradient_clip_val`` of 0 or less (no clipping is ``null``, a negative value is meaningless), an
-    ``accumulate_grad_batches`` below 1 (Lightning divides by it) and a ``checkpoint_every_n_steps`` below 1."""
+    ``accumulate_grad_batches`` below 1 (Lightning divides by it), a ``checkpoint_every_n_steps`` below 1, and
+    ``enable_checkpointing: false`` for a ``fit`` (``subcommand``): the recipe's checkpoints are part of the run
+    (Lightning's own error named a ``ModelCheckpoint`` the user never added)."""
     trainer = cfg.get("trainer") or Namespace()
+    if subcommand == "fit" and trainer.get("enable_checkpointing") is False:
+        raise ValueError(
+            "trainer.enable_checkpointing is false: a recipe's fit keeps best.ckpt and last.ckpt under checkpoints_dir "
+            "(the resume, --ckpt_path best|last and the MLflow model come from them); leave it out (true). To write "
+            "last.ckpt more often, set checkpoint_every_n_steps"
+        )
     max_epochs = trainer.get("max_epochs")
     if max_epochs is not None and (max_epochs == 0 or max_epochs < -1):
         raise ValueError(

@@ -37,9 +37,12 @@ def one_line_error(capsys, args: list[str]) -> str:
          "model.init_args.optimizer.init_args.lr is nan: a learning rate must be a finite number, 0 or more"),
         (["--model.init_args.optimizer.init_args.lr=inf"], "model.init_args.optimizer.init_args.lr is inf: a learning"),
         (["--model.init_args.optimizer.init_args.lr", "-0.1"], "model.init_args.optimizer.init_args.lr is -0.1: a"),
+        (["--trainer.enable_checkpointing", "false"],
+         "trainer.enable_checkpointing is false: a recipe's fit keeps best.ckpt and last.ckpt under checkpoints_dir"),
     ],
     ids=["max_epochs_0", "max_epochs_negative", "clip_0", "clip_negative", "experiment_dotdot", "experiment_slash",
-         "checkpoint_every_0_steps", "accumulate_0", "accumulate_negative", "lr_nan", "lr_inf", "lr_negative"],
+         "checkpoint_every_0_steps", "accumulate_0", "accumulate_negative", "lr_nan", "lr_inf", "lr_negative",
+         "checkpointing_off"],
 )
 def test_settings_that_would_do_nothing_or_write_elsewhere_are_refused(workdir, capsys, extra, message):
     assert message in one_line_error(capsys, ["fit", "-c", str(SPIRAL), *extra])
