@@ -16,6 +16,7 @@ from recipes.callbacks.stop_evaluation_on_signal import EvaluationStopped
 from recipes.checkpoints.atomic_io import CheckpointDiskFull
 from recipes.checkpoints.run_lock import release_run_locks
 from recipes.run.errors import RecipeInputError
+from recipes.run.process_settings import process_settings_kept
 from recipes.run.recipes_cli import RecipesCLI
 
 COMMANDS = """recipes commands:
@@ -38,6 +39,12 @@ def main(args: list[str] | None = None) -> None:
     exit code 2; errors during training keep their traceback. SIGTERM / SIGINT during ``fit`` save ``last.ckpt``,
     mark the MLflow run KILLED and exit 143 / 130. ``recipes compare ...`` compares runs (``recipes.compare.command``).
     """
+    with process_settings_kept():  # in a notebook, the next command starts from the user's settings, not this one's
+        run_command(args)
+
+
+def run_command(args: list[str] | None) -> None:
+    """``main`` without putting the process's settings back (``recipes.run.process_settings``)."""
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] in (["-h"], ["--help"]):
         print(COMMANDS)  # LightningCLI's help below lists only its own four

@@ -45,7 +45,7 @@ from recipes.run.description import describe_command
 from recipes.checkpoints.run_lock import RunLocked, hold_run_lock
 from recipes.run.record import RunRecord
 from recipes.checkpoints.data_guard import ALLOW_TAG, DataChange, DataSettingsChanged, guard_data_settings
-from recipes.tracking.uris import TrackingServerUnreachable, mlflow_settings_kept
+from recipes.tracking.uris import TrackingServerUnreachable
 from recipes.run.learning_rate_check import check_learning_rate_args, check_learning_rates
 from recipes.run.trainer_settings import check_trainer_settings
 from recipes.tracking.config import (
@@ -112,17 +112,16 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         self.data_changes: list[DataChange] = []  # evaluation on other data settings, allowed by the user
         self.data_sizes = DataSizes()  # the network's sizes, linked from the data module
         self.command_args = sys.argv[1:] if args is None else list(args)  # described in the run (run_description)
-        with mlflow_settings_kept():  # the run's tracking URI does not outlive it (mlflow_settings_kept)
-            super().__init__(
-                model_class=None,
-                datamodule_class=None,
-                trainer_class=RecipeTrainer,  # its methods' docstrings: loopwise's --ckpt_path help
-                save_config_callback=RunRecord,
-                save_config_kwargs={"save_to_log_dir": False, "overwrite": True},
-                auto_configure_optimizers=False,
-                args=args,
-                run=run,
-            )
+        super().__init__(
+            model_class=None,
+            datamodule_class=None,
+            trainer_class=RecipeTrainer,  # its methods' docstrings: loopwise's --ckpt_path help
+            save_config_callback=RunRecord,
+            save_config_kwargs={"save_to_log_dir": False, "overwrite": True},
+            auto_configure_optimizers=False,
+            args=args,
+            run=run,
+        )
 
     # --- parse ----------------------------------------------------------------------------------------------
     def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]  # Lightning's is a staticmethod

@@ -5,8 +5,6 @@ or database answers before anything runs."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from recipes.tracking.database_urls import DatabaseUnavailable, check_database, is_database_url, with_installed_driver
@@ -26,28 +24,6 @@ def default_tracking_uri() -> str:
     if uri:
         return with_installed_driver(uri)
     return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
-
-
-@contextmanager
-def mlflow_settings_kept() -> Iterator[None]:
-    """MLflow's process-wide settings as they were before the block: its global tracking URI and every ``MLFLOW_*``
-    environment variable. Lightning's ``MLFlowLogger`` calls ``mlflow.set_tracking_uri`` with the run's store when it
-    opens the run, and MLflow exports that as ``MLFLOW_TRACKING_URI``; a recipe also sets MLflow's asynchronous-
-    logging and progress-bar variables. Kept for the run (the recipe's own calls need them), they would outlive it:
-    the next recipe in the same process (a notebook, a script that calls ``recipes.cli.main`` twice) would read that
-    URI as the user's and log into the first run's store. Each command puts them back when it ends."""
-    import mlflow  # noqa: PLC0415
-
-    environment = {key: value for key, value in os.environ.items() if key.startswith("MLFLOW_")}
-    global_uri = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(global_uri)  # exports (or removes) MLFLOW_TRACKING_URI: the environment comes next
-        for key in [key for key in os.environ if key.startswith("MLFLOW_")]:
-            if key not in environment:
-                del os.environ[key]
-        os.environ.update(environment)
 
 
 def check_tracking_server(uri: str) -> None:

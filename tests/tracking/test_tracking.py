@@ -409,28 +409,32 @@ def test_async_logging_uses_one_worker_thread_unless_the_user_chose(workdir: Pat
     assert os.environ[ASYNC_POOL_ENV] == "4"
 
 
-# --- MLflow's process-wide settings do not outlive a command ---------------------------------------------------------
+# --- a command leaves the process as it found it ---------------------------------------------------------------------
 def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_first_ones(workdir: Path,
                                                                                          monkeypatch) -> None:
     """Lightning's MLFlowLogger sets MLflow's global tracking URI (exported as MLFLOW_TRACKING_URI) to the run's store;
     before the fix the next recipe of the same process (a notebook) read it as the user's and logged into the first
-    folder's store (or failed when that folder was gone). Each command now leaves MLflow's settings as it found
-    them, the user's own MLFLOW_* variables included."""
-    import mlflow
+    folder's store (or failed when that folder was gone), and the user's own code ran on in deterministic mode (the
+    spiral recipe's `deterministic: true`) with the run's PL_GLOBAL_SEED, OMP_NUM_THREADS and CUBLAS_WORKSPACE_CONFIG
+    exported. Each command now leaves the environment, MLflow's global URI and torch's switches as it found them."""
+    import torch
 
     from recipes.cli import main
+    from recipes.run.process_settings import TorchSwitches, global_tracking_uri
     from tests.conftest import SPIRAL, runs_of
 
     monkeypatch.setenv("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "7")  # the user's own choice stays
-    before = ({k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}, mlflow.is_tracking_uri_set())
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    torch.set_num_threads(torch.get_num_threads())  # monkeypatch cannot undo torch's switches: the test checks them
+    before = (dict(os.environ), global_tracking_uri(), TorchSwitches.now())
+    assert not before[2].deterministic
     tiny = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1",
-            "--mlflow_model", "false", "--system_metrics_interval", "0"]
+            "--mlflow_model", "false", "--system_metrics_interval", "0", "--torch_threads", "1"]
     first, second = workdir / "first", workdir / "second"
     for folder in (first, second):
         folder.mkdir()
         monkeypatch.chdir(folder)
         main(["fit", "-c", str(SPIRAL), *tiny])
-        after = ({k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}, mlflow.is_tracking_uri_set())
-        assert after == before
+        assert (dict(os.environ), global_tracking_uri(), TorchSwitches.now()) == before
     assert len(runs_of(first, "spiral_mlp")) == 1
     assert len(runs_of(second, "spiral_mlp")) == 1
