@@ -71,10 +71,16 @@ def team(tmp_path_factory: pytest.TempPathFactory, migrated_store: Path) -> dict
         stored_best = Path(client.download_artifacts(run_id, "checkpoints/best.ckpt", str(downloads)))
         import mlflow.artifacts
 
-        model_dir = mlflow.artifacts.download_artifacts(
-            artifact_uri=run.data.tags["loopwise.model_uri"], dst_path=str(downloads / "model"),
-            tracking_uri=f"sqlite:///{shared / 'mlflow.db'}",
-        )
+        from recipes.run.process_settings import process_settings_kept
+
+        # MLflow resolves a models:/ URI through its global tracking URI (not the tracking_uri argument); the fits no
+        # longer leave theirs set, and another test of this process may have left its own
+        with process_settings_kept():
+            mlflow.set_tracking_uri(f"sqlite:///{shared / 'mlflow.db'}")
+            model_dir = mlflow.artifacts.download_artifacts(
+                artifact_uri=run.data.tags["loopwise.model_uri"], dst_path=str(downloads / "model"),
+                tracking_uri=f"sqlite:///{shared / 'mlflow.db'}",
+            )
     return {
         "run_id": run_id, "a": a, "b": b, "c": c, "history": history, "run": run, "stored_best": stored_best,
         "model_ckpts": sorted(Path(model_dir).rglob("*.ckpt")), "b_out": b_out, "c_out": c_out,

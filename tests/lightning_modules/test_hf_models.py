@@ -268,9 +268,10 @@ def test_a_causal_lm_with_a_hf_tokenizer_fits_and_continues_prompts(workdir, hf_
 
 def fresh_process_logits(checkpoint: Path, texts: list[str], out: Path) -> None:
     """Rebuild the task and the data module from ``checkpoint`` alone in a new Python process and save the logits of
-    ``texts`` to ``out``."""
+    ``texts`` to ``out``, on as many torch threads as this process uses now (the test compares them bit for bit)."""
     script = f"""
 import torch
+torch.set_num_threads({torch.get_num_threads()})
 from datamodules import TextClassificationDataModule
 from datamodules.collate import pad_collate
 from lightning_modules import ClassificationModule

@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback
 
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO, SPIRAL, recipes_env
@@ -25,16 +27,24 @@ def test_every_recipe_pins_two_threads():
         assert "\ntorch_threads: 2\n" in recipe.read_text(), recipe.name
 
 
-def test_the_run_uses_the_configured_thread_count(workdir, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # restored after the test; the run sets its own
-    before = torch.get_num_threads()
-    try:
-        main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1", "--torch_threads", "1"])
-        assert torch.get_num_threads() == 1
-        # Lightning's DDP launchers set cores / processes unless OMP_NUM_THREADS is set: the run's setting is there
-        assert os.environ["OMP_NUM_THREADS"] == "1"
-    finally:
-        torch.set_num_threads(before)
+class ThreadsSeen(Callback):
+    """What the fit runs with: torch's threads and ``OMP_NUM_THREADS`` at the start of training."""
+
+    seen: ClassVar[list[tuple[int, str | None]]] = []
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        ThreadsSeen.seen.append((torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")))
+
+
+def test_the_run_uses_the_configured_thread_count_and_leaves_the_process_s_own(workdir, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the user's; the run sets its own while it runs
+    torch.set_num_threads(3)  # the user's (the autouse one_thread fixture restores the suite's after the test)
+    ThreadsSeen.seen = []
+    main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1", "--torch_threads", "1",
+          f"--trainer.callbacks+={__name__}.ThreadsSeen"])
+    # Lightning's DDP launchers set cores / processes unless OMP_NUM_THREADS is set: the run's setting is there
+    assert ThreadsSeen.seen == [(1, "1")]
+    assert torch.get_num_threads() == 3 and os.environ["OMP_NUM_THREADS"] == "7"  # the process's own, after it
 
 
 def test_a_thread_count_below_one_is_one_line(workdir, capsys):

@@ -425,9 +425,9 @@ def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_fir
 
     monkeypatch.setenv("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "7")  # the user's own choice stays
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    torch.set_num_threads(torch.get_num_threads())  # monkeypatch cannot undo torch's switches: the test checks them
+    deterministic = torch.are_deterministic_algorithms_enabled()  # another test's Trainer may have left it on
+    torch.use_deterministic_algorithms(False)  # as a notebook starts: the spiral recipe turns it on for its run
     before = (dict(os.environ), global_tracking_uri(), TorchSwitches.now())
-    assert not before[2].deterministic
     tiny = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1",
             "--mlflow_model", "false", "--system_metrics_interval", "0", "--torch_threads", "1"]
     first, second = workdir / "first", workdir / "second"
@@ -436,5 +436,6 @@ def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_fir
         monkeypatch.chdir(folder)
         main(["fit", "-c", str(SPIRAL), *tiny])
         assert (dict(os.environ), global_tracking_uri(), TorchSwitches.now()) == before
+    torch.use_deterministic_algorithms(deterministic)
     assert len(runs_of(first, "spiral_mlp")) == 1
     assert len(runs_of(second, "spiral_mlp")) == 1
