@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -55,14 +56,20 @@ class TorchSwitches:
                 torch.set_num_threads(self.threads)
 
 
-def global_tracking_uri() -> str | None:
-    """MLflow's global tracking URI when one is set (``mlflow.set_tracking_uri`` or ``MLFLOW_TRACKING_URI``), else
-    ``None``; MLflow is imported only when the command has imported it."""
+def global_tracking_uri() -> Any:
+    """The tracking URI ``mlflow.set_tracking_uri`` set in this process, ``None`` when none was set (then
+    ``MLFLOW_TRACKING_URI`` or MLflow's default decides). MLflow keeps it in a module variable of
+    ``mlflow.tracking._tracking_service.utils``, read here because no public call tells a URI set in the process from
+    one only in the environment; without that variable (another MLflow), the URI MLflow would use if one is set.
+    ``None`` when the command has not imported MLflow."""
     import sys  # noqa: PLC0415
 
     mlflow = sys.modules.get("mlflow")
     if mlflow is None:
         return None
+    service = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    if service is not None and hasattr(service, "_tracking_uri"):
+        return service._tracking_uri
     return mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
 
 

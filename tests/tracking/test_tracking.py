@@ -439,3 +439,26 @@ def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_fir
     torch.use_deterministic_algorithms(deterministic)
     assert len(runs_of(first, "spiral_mlp")) == 1
     assert len(runs_of(second, "spiral_mlp")) == 1
+
+
+def test_after_a_command_the_tracking_uri_follows_the_environment_again(workdir: Path, monkeypatch) -> None:
+    """A user who points MLFLOW_TRACKING_URI at one store, runs a command, then points it at another: MLflow follows
+    the environment again (before the fix the URI Lightning's logger set during the run stayed MLflow's global one,
+    which wins over the environment)."""
+    import mlflow
+
+    from recipes.cli import main
+    from recipes.run.process_settings import global_tracking_uri, process_settings_kept
+    from tests.conftest import SPIRAL, runs_of
+
+    first, second = (f"sqlite:///{workdir / name / 'mlflow.db'}" for name in ("first", "second"))
+    (workdir / "first").mkdir()
+    with process_settings_kept():  # this process's own URI (another test's) back after the test
+        mlflow.set_tracking_uri(None)  # as in a new process: no URI set in it, the environment decides
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", first)
+        main(["fit", "-c", str(SPIRAL), "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+              "--trainer.max_epochs", "1", "--mlflow_model", "false", "--system_metrics_interval", "0"])
+        assert len(runs_of(workdir / "first", "spiral_mlp")) == 1
+        assert global_tracking_uri() is None
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", second)
+        assert mlflow.get_tracking_uri() == second
