@@ -19,7 +19,6 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -56,21 +55,17 @@ class TorchSwitches:
                 torch.set_num_threads(self.threads)
 
 
-def global_tracking_uri() -> Any:
-    """The tracking URI ``mlflow.set_tracking_uri`` set in this process, ``None`` when none was set (then
-    ``MLFLOW_TRACKING_URI`` or MLflow's default decides). MLflow keeps it in a module variable of
-    ``mlflow.tracking._tracking_service.utils``, read here because no public call tells a URI set in the process from
-    one only in the environment; without that variable (another MLflow), the URI MLflow would use if one is set.
-    ``None`` when the command has not imported MLflow."""
+def tracking_uri_set_in_process() -> str | None:
+    """The tracking URI to put back after a command: the one ``mlflow.set_tracking_uri`` set in this process, or
+    ``None`` when none was set or it is ``MLFLOW_TRACKING_URI``'s (then the environment decides, as before, and follows
+    the variable when the user changes it). ``None`` when the command has not imported MLflow."""
     import sys  # noqa: PLC0415
 
     mlflow = sys.modules.get("mlflow")
-    if mlflow is None:
+    if mlflow is None or not mlflow.is_tracking_uri_set():
         return None
-    service = sys.modules.get("mlflow.tracking._tracking_service.utils")
-    if service is not None and hasattr(service, "_tracking_uri"):
-        return service._tracking_uri
-    return mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    uri = mlflow.get_tracking_uri()
+    return None if uri == os.environ.get("MLFLOW_TRACKING_URI") else uri
 
 
 @contextmanager
@@ -80,13 +75,13 @@ def process_settings_kept() -> Iterator[None]:
     import sys  # noqa: PLC0415
 
     environment = dict(os.environ)
-    tracking_uri = global_tracking_uri()
+    tracking_uri = tracking_uri_set_in_process()
     switches = TorchSwitches.now()
     try:
         yield
     finally:
         mlflow = sys.modules.get("mlflow")
-        if mlflow is not None and global_tracking_uri() != tracking_uri:
+        if mlflow is not None:  # None: no URI set in the process (MLflow's own way to unset it)
             mlflow.set_tracking_uri(tracking_uri)  # exports (or removes) MLFLOW_TRACKING_URI: the environment next
         for key in [key for key in os.environ if key not in environment]:
             del os.environ[key]
@@ -96,4 +91,4 @@ def process_settings_kept() -> Iterator[None]:
         switches.restore()
 
 
-__all__ = ["TorchSwitches", "global_tracking_uri", "process_settings_kept"]
+__all__ = ["TorchSwitches", "process_settings_kept", "tracking_uri_set_in_process"]

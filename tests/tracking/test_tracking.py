@@ -417,17 +417,18 @@ def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_fir
     folder's store (or failed when that folder was gone), and the user's own code ran on in deterministic mode (the
     spiral recipe's `deterministic: true`) with the run's PL_GLOBAL_SEED, OMP_NUM_THREADS and CUBLAS_WORKSPACE_CONFIG
     exported. Each command now leaves the environment, MLflow's global URI and torch's switches as it found them."""
+    import mlflow
     import torch
 
     from recipes.cli import main
-    from recipes.run.process_settings import TorchSwitches, global_tracking_uri
+    from recipes.run.process_settings import TorchSwitches
     from tests.conftest import SPIRAL, runs_of
 
     monkeypatch.setenv("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "7")  # the user's own choice stays
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     deterministic = torch.are_deterministic_algorithms_enabled()  # another test's Trainer may have left it on
     torch.use_deterministic_algorithms(False)  # as a notebook starts: the spiral recipe turns it on for its run
-    before = (dict(os.environ), global_tracking_uri(), TorchSwitches.now())
+    before = (dict(os.environ), mlflow.get_tracking_uri(), TorchSwitches.now())
     tiny = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1",
             "--mlflow_model", "false", "--system_metrics_interval", "0", "--torch_threads", "1"]
     first, second = workdir / "first", workdir / "second"
@@ -435,7 +436,7 @@ def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_fir
         folder.mkdir()
         monkeypatch.chdir(folder)
         main(["fit", "-c", str(SPIRAL), *tiny])
-        assert (dict(os.environ), global_tracking_uri(), TorchSwitches.now()) == before
+        assert (dict(os.environ), mlflow.get_tracking_uri(), TorchSwitches.now()) == before
     torch.use_deterministic_algorithms(deterministic)
     assert len(runs_of(first, "spiral_mlp")) == 1
     assert len(runs_of(second, "spiral_mlp")) == 1
@@ -448,7 +449,7 @@ def test_after_a_command_the_tracking_uri_follows_the_environment_again(workdir:
     import mlflow
 
     from recipes.cli import main
-    from recipes.run.process_settings import global_tracking_uri, process_settings_kept
+    from recipes.run.process_settings import process_settings_kept
     from tests.conftest import SPIRAL, runs_of
 
     first, second = (f"sqlite:///{workdir / name / 'mlflow.db'}" for name in ("first", "second"))
@@ -459,6 +460,5 @@ def test_after_a_command_the_tracking_uri_follows_the_environment_again(workdir:
         main(["fit", "-c", str(SPIRAL), "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
               "--trainer.max_epochs", "1", "--mlflow_model", "false", "--system_metrics_interval", "0"])
         assert len(runs_of(workdir / "first", "spiral_mlp")) == 1
-        assert global_tracking_uri() is None
         monkeypatch.setenv("MLFLOW_TRACKING_URI", second)
         assert mlflow.get_tracking_uri() == second
