@@ -16,6 +16,7 @@ is for.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,8 +60,6 @@ def tracking_uri_set_in_process() -> str | None:
     """The tracking URI to put back after a command: the one ``mlflow.set_tracking_uri`` set in this process, or
     ``None`` when none was set or it is ``MLFLOW_TRACKING_URI``'s (then the environment decides, as before, and follows
     the variable when the user changes it). ``None`` when the command has not imported MLflow."""
-    import sys  # noqa: PLC0415
-
     mlflow = sys.modules.get("mlflow")
     if mlflow is None or not mlflow.is_tracking_uri_set():
         return None
@@ -72,8 +71,6 @@ def tracking_uri_set_in_process() -> str | None:
 def process_settings_kept() -> Iterator[None]:
     """The environment (every variable, exactly), MLflow's global tracking URI and torch's process-wide switches
     (``TorchSwitches``) as they were before the block, whatever the block did to them."""
-    import sys  # noqa: PLC0415
-
     environment = dict(os.environ)
     tracking_uri = tracking_uri_set_in_process()
     switches = TorchSwitches.now()
