@@ -395,6 +395,15 @@ def report(results: dict[str, dict[str, list[float]]],
                       f"{len(per_epoch[name]['recipe'])} epochs each) = {fast:.3f}")
                 rows.append({"model": name, "ratio": f"recipe / {base} (fast epochs)", "value": fast,
                              "target": target, "met": fast >= target})
+        for lightning in ("bare", "barefused"):
+            if lightning in by_variant and "seeds" in by_variant:
+                # what Lightning's own loop reaches against the seeds' hand-written one, with nothing of loopwise in
+                # it: the recipe / seeds target lies above this wherever it is below 1
+                ceiling = median([b / s for b, s in zip(by_variant[lightning], by_variant["seeds"])])
+                print(f"{name}: {lightning} Lightning alone / seeds paired = {ceiling:.3f} (Lightning's own loop, "
+                      f"no loopwise code, against the seeds' loop)")
+                rows.append({"model": name, "ratio": f"{lightning} / seeds (paired)", "value": ceiling,
+                             "target": None, "met": None})
         breakdown = step_breakdown(name, by_variant)
         if breakdown:
             print(f"{name}: per step {breakdown['text']}")

@@ -14,6 +14,9 @@ Every metric a recipe logs goes to the run's journal at once (``recipes.tracking
   stops and restarts MLflow's writer threads and waits for them). A kill leaves the store up to ``hold_seconds``
   (plus MLflow's buffer time) behind the checkpoint; the journal is not, and the resume, the end of the run or the
   next loopwise command that reads the store replays it (``recipes.tracking.pending_replay``);
+* the run tags that describe an uploaded checkpoint (``loopwise.best.epoch``, ...) are held the same way by the upload
+  thread: one synchronous ``log_batch`` of their own per upload held the GIL for about 10 ms of SQLAlchemy work while
+  the training thread waited for it (``benchmarks/instruction_counts.py``);
 * synchronously, when every value must be in the store now (``flush``: the end of the run, a logged model's metric
   link): the held values, then MLflow's asynchronous queue.
 
@@ -67,8 +70,10 @@ class WriteBehind:
             return
         if not synchronous:
             self.queued = True
+        with self._lock:  # the upload thread holds checkpoint facts too: nothing added while the batches are taken
+            batches = self.held.take()
         try:
-            for metrics, tags in self.held.take():
+            for metrics, tags in batches:
                 self._client().log_batch(run_id=self._run_id(), metrics=metrics, tags=tags, synchronous=synchronous)
         except Exception as err:  # noqa: BLE001  (the store's failure: the journal keeps the values)
             self._failed(err)

@@ -295,6 +295,40 @@ def test_checkpoints_are_uploaded_during_training_and_replaced(workdir: Path) ->
     assert client.get_run(logger.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow  # a recipe fit of 3 epochs (a few seconds)
+def test_an_uploaded_checkpoint_s_facts_are_held_with_the_metrics_not_written_by_the_upload_thread(
+        workdir: Path, monkeypatch) -> None:
+    """The run tags that describe an uploaded file (``loopwise.best.epoch``, ...) go to the journal at once and to the
+    store with the held metrics: the upload thread makes no store write of its own (each was a synchronous
+    ``log_batch``, about 10 ms of SQLAlchemy holding the GIL while the training thread waited), and the store has
+    the facts of the final files when the run ends."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from recipes.cli import main
+    from recipes.tracking.journal import JOURNAL_NAME, read_journal
+
+    writers: list[tuple[str, list[str]]] = []  # (thread, tag keys) of every store write of the run's values
+    store_log_batch = SqlAlchemyStore.log_batch
+
+    def seen(store: SqlAlchemyStore, run_id: str, metrics: list, params: list, tags: list) -> None:
+        writers.append((threading.current_thread().name, [t.key for t in tags]))
+        return store_log_batch(store, run_id, metrics, params, tags)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", seen)
+    main(["fit", "-c", str(Path(__file__).parents[2] / "configs" / "spiral_mlp.yaml"), "--trainer.max_epochs", "3",
+          "--data.n_samples", "400"])
+    assert [keys for thread, keys in writers if thread == "loopwise-upload"] == []
+    assert any("loopwise.best.epoch" in keys for thread, keys in writers)  # written, with the held values
+    (run,) = mlflow_client(workdir).search_runs([mlflow_client(workdir).get_experiment_by_name("spiral_mlp")
+                                                 .experiment_id])
+    tags = run.data.tags
+    assert int(tags["loopwise.last.epoch"]) == 2 and 0 <= int(tags["loopwise.best.epoch"]) <= 2  # the final files (epochs from 0)
+    (journal,) = workdir.rglob(JOURNAL_NAME)
+    journaled = {k: v for e in read_journal(journal) if e.get("kind") == "tags" for k, v in e["values"].items()}
+    for key in ("loopwise.best.epoch", "loopwise.best.value", "loopwise.last.epoch"):
+        assert journaled[key] == tags[key]  # a replay after a kill restores them
+
+
 def test_metrics_go_out_in_batches_and_the_store_writes_are_merged(workdir: Path, monkeypatch) -> None:
     """The logger holds metrics for up to 5 s (and writes them at every checkpoint save and at the end): a short run
     writes its whole history in a few ``log_batch`` calls, never a write per metric or per step, and every metric

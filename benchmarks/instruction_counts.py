@@ -1,0 +1,281 @@
+"""What MLflow tracking and Lightning's loop cost the spiral recipe, counted in machine instructions (valgrind's
+callgrind), not seconds.
+
+    python benchmarks/instruction_counts.py [--question logging] [--epochs 10] [--dilation 25] [--json PATH]
+    python benchmarks/instruction_counts.py --question loop [--epochs 6] [--json PATH]
+
+``logging_overhead.py`` times the spiral recipe with its MLflow logger and without a logger. On the shared 2-core
+machine one variant's runs spread by 10-30% (even in the training thread's CPU time: the host's load changes the
+speed of every instruction), so a 5% effect needs dozens of pairs and its median still moves by a few percent from
+one session to the next. This script counts instead: it runs the same two recipe fits in one process under
+``valgrind --tool=callgrind`` (it starts valgrind itself), switches the counting on at the first training batch and
+off at the end of training (the window ``logging_overhead.py`` times: training, validation, checkpoint saves and
+logging), and prints the instructions executed in that window per thread. The counts repeat from run to run to a
+fraction of a percent, so one pair answers what twenty timed pairs estimate.
+
+Printed: instructions per optimizer step on the training thread (where Lightning, the task and the logging calls
+run), in the other threads (MLflow's writer and worker threads, the journal's fsync), and their ratios without /
+with MLflow: the training thread's ratio is the share of the loop's work that MLflow logging adds.
+
+What counts do not show: instructions are not all equally fast (cache misses, the kernel's side of a system call,
+a wait on ``fsync``), so this complements the timed benchmark, it does not replace it. Under valgrind the program
+runs about 25-50x slower, so whatever the wall clock drives would happen more often per step than in a native run:
+the held metrics' 5 s (``HeldMetrics.hold_seconds``) and MLflow's asynchronous buffering
+(``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS``) are multiplied by ``--dilation`` to keep them per step as they are
+natively. A warm-up fit runs first, uncounted (imports, MLflow's schema, first calls).
+
+``--question loop`` counts what ``overhead.py`` times: the training batches of every epoch after the first (no
+validation, no checkpoints) of the seeds' hand-written loop (``seeds``), bare Lightning with torch's default and with
+the recipe's fused optimizer kernel (``bare``, ``barefused``) and the recipe (``recipe``), on the spiral MLP, and
+prints instructions per training step on the training thread and the ratios: what Lightning's own loop executes per
+step beyond the seeds' loop, and what the recipe adds beyond bare Lightning. Switching the counting on and off runs
+``callgrind_control`` in a subprocess, which adds its own instructions to every counted epoch; a calibration window
+with nothing in it measures them, and they are subtracted.
+
+Needs valgrind (``callgrind_control`` sends the switches); about 6 minutes for 10 epochs on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+INNER = "LOOPWISE_CALLGRIND_INNER"  # set in the process valgrind runs
+LABELS = ("mlflow", "none")
+LOOP_VARIANTS = ("seeds", "bare", "barefused", "recipe")
+
+
+def control(*args: str) -> None:
+    """Send one command to the callgrind instance running this process (``callgrind_control``)."""
+    subprocess.run(["callgrind_control", *args, str(os.getpid())], check=True, capture_output=True)
+
+
+def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
+    """Inside valgrind: a warm-up fit, then one counted fit with MLflow and one without; optimizer steps of each."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import FitTimer, set_threads
+
+    import logging_overhead
+    from recipes.tracking import logger
+
+    set_threads(1)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    logger.ASYNC_BUFFER_SECONDS = logger.ASYNC_BUFFER_SECONDS * dilation  # the held metrics' and MLflow's buffer
+    os.environ[logger.ASYNC_BUFFER_ENV] = str(logger.ASYNC_BUFFER_SECONDS)
+
+    label = [""]
+    start, end = FitTimer.on_train_batch_start, FitTimer.on_train_end
+
+    def counted_start(self: Any, trainer: Any, *args: Any) -> None:
+        if label[0] and "start" not in FitTimer.last:
+            control("--zero")
+            control("--instr=on")
+        start(self, trainer, *args)
+
+    def counted_end(self: Any, trainer: Any, pl_module: Any) -> None:
+        end(self, trainer, pl_module)
+        if label[0]:
+            control("--instr=off")
+            control(f"--dump={label[0]}")
+
+    FitTimer.on_train_batch_start, FitTimer.on_train_end = counted_start, counted_end  # type: ignore[method-assign]
+    steps: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        logging_overhead.fit(True, 1, Path(tmp) / "warmup")
+        for name in LABELS:
+            label[0] = name
+            logging_overhead.fit(name == "mlflow", epochs, Path(tmp) / name)
+            steps[name] = int(FitTimer.last["steps"])
+    return steps
+
+
+def counted_loops(epochs: int) -> dict[str, int]:
+    """Inside valgrind: each of ``LOOP_VARIANTS`` on the spiral MLP with the training batches of epochs 2.. counted
+    (the epochs ``overhead.py`` times), and a calibration window (the switches alone); training steps counted."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _common
+    import overhead
+    from _common import LoopTimer, set_threads
+
+    set_threads(1)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    work = overhead.workloads(False)["spiral"]
+    counting = {"on": False}
+
+    def switch(on: bool) -> None:
+        control("--instr=on" if on else "--instr=off")
+        counting["on"] = on
+
+    start, end = LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end
+
+    def counted_start(self: Any, trainer: Any, pl_module: Any) -> None:
+        start(self, trainer, pl_module)
+        if trainer.current_epoch >= 1:
+            switch(True)
+
+    def counted_end(self: Any, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if counting["on"] and batch_idx + 1 >= trainer.num_training_batches:
+            switch(False)
+        end(self, trainer, pl_module, outputs, batch, batch_idx)
+
+    LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end = counted_start, counted_end  # type: ignore[method-assign]
+    readings = {"calls": 0}
+
+    def seeds_clock() -> float:  # run_seeds reads the clock at the start and the end of every epoch
+        readings["calls"] += 1
+        epoch, ends = divmod(readings["calls"] - 1, 2)
+        if epoch >= 1:
+            switch(not ends)
+        return _common.clock()
+
+    steps: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        control("--zero")
+        for _ in range(epochs - 1):  # the switches alone, as often as a variant's counted epochs
+            switch(True)
+            switch(False)
+        control("--dump=calibration")
+        for variant in LOOP_VARIANTS:
+            control("--zero")
+            if variant == "seeds":
+                readings["calls"] = 0
+                overhead.clock = seeds_clock
+                try:
+                    epochs_run = overhead.run_seeds(work, epochs)
+                finally:
+                    overhead.clock = _common.clock
+            elif variant == "recipe":
+                epochs_run = overhead.run_recipe(work, epochs, Path(tmp) / "recipe")
+            else:
+                epochs_run = overhead.run_bare(work, epochs, fused=variant == "barefused")
+            control(f"--dump={variant}")
+            steps[variant] = sum(n for epoch, _, _, n in epochs_run if epoch >= 1)
+    return steps
+
+
+def report_loop(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int,
+                unit: str = "instructions") -> dict[str, Any]:
+    """Print and return the training thread's instructions per training step of each variant, and the ratios."""
+    overhead_per_window = counts.get("calibration", {}).get(1, 0) / max(epochs - 1, 1)
+    per_step = {}
+    for variant in LOOP_VARIANTS:
+        total = counts.get(variant, {}).get(1, 0) - overhead_per_window * (epochs - 1)
+        per_step[variant] = total / steps[variant]
+    print(f"instruction_counts: spiral MLP, training batches of epochs 2..{epochs} (what overhead.py times), "
+          f"training thread; the switches' own {overhead_per_window:,.0f} {unit} per epoch subtracted")
+    for variant in LOOP_VARIANTS:
+        print(f"  {variant:>9}: {per_step[variant]:12,.0f} {unit} per step ({steps[variant]} steps)")
+    ratios = {}
+    for a, b in (("recipe", "seeds"), ("barefused", "seeds"), ("bare", "seeds"), ("recipe", "barefused"),
+                 ("recipe", "bare")):
+        ratios[f"{a} / {b}"] = per_step[b] / per_step[a]  # speed ratio at equal instructions per second
+        print(f"{a} / {b}: {ratios[f'{a} / {b}']:.3f} ({unit} per step of {b} / of {a})")
+    return {"per_step": per_step, "ratios": ratios, "epochs": epochs, "unit": unit}
+
+
+def estimated_cycles(events: dict[str, int]) -> int:
+    """Callgrind's cycle estimate (KCachegrind's "CEst"): every instruction one cycle, a mispredicted branch or a
+    first-level cache miss 10 more, a last-level miss 100 more (``--simulate``'s cache and branch models)."""
+    first_level = events.get("I1mr", 0) + events.get("D1mr", 0) + events.get("D1mw", 0)
+    last_level = events.get("ILmr", 0) + events.get("DLmr", 0) + events.get("DLmw", 0)
+    return events["Ir"] + 10 * (events.get("Bcm", 0) + events.get("Bim", 0) + first_level) + 100 * last_level
+
+
+def read_dumps(folder: Path, measure: str = "Ir") -> dict[str, dict[int, int]]:
+    """Per thread, the count of each labelled dump: ``{label: {thread: count}}`` (thread 1: the main thread);
+    ``measure``: "Ir" (instructions) or "cycles" (``estimated_cycles``, from a ``--simulate`` run)."""
+    counts: dict[str, dict[int, int]] = {}
+    for path in folder.glob("cg.*"):
+        text = path.read_text(errors="replace")
+        trigger = re.search(r"^desc: Trigger: dump (\S+)", text, re.M)
+        thread = re.search(r"^thread: (\d+)", text, re.M)
+        names = re.search(r"^events: (.+)$", text, re.M)
+        total = re.search(r"^totals: ([\d ]+)$", text, re.M) or re.search(r"^summary: ([\d ]+)$", text, re.M)
+        if trigger and thread and names and total:
+            values = [int(v) for v in total.group(1).split()]
+            events = dict(zip(names.group(1).split(), values + [0] * (len(names.group(1).split()) - len(values))))
+            count = estimated_cycles(events) if measure == "cycles" else events["Ir"]
+            counts.setdefault(trigger.group(1), {})[int(thread.group(1))] = count
+    return counts
+
+
+def report(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int) -> dict[str, Any]:
+    """Print and return the per-step counts and the ratios."""
+    per_step = {}
+    for name in LABELS:
+        threads = counts.get(name, {})
+        main = threads.get(1, 0)
+        others = sum(v for k, v in threads.items() if k != 1)
+        per_step[name] = {"training_thread": main / steps[name], "other_threads": others / steps[name],
+                          "steps": steps[name]}
+    m, n = per_step["mlflow"], per_step["none"]
+    thread_ratio = n["training_thread"] / m["training_thread"]
+    process_ratio = (n["training_thread"] + n["other_threads"]) / (m["training_thread"] + m["other_threads"])
+    print(f"instruction_counts: spiral recipe, {epochs} epochs per fit, counted from the first training batch to the "
+          "end of training")
+    for name in LABELS:
+        row = per_step[name]
+        print(f"  {name:>6}: {row['training_thread']:12,.0f} instructions per step on the training thread, "
+              f"{row['other_threads']:10,.0f} in other threads ({row['steps']} steps)")
+    print(f"training thread, without / with MLflow: {thread_ratio:.4f} (MLflow adds "
+          f"{(1 / thread_ratio - 1) * 100:.2f}% to the training thread's instructions; target: ratio >= 0.95)")
+    print(f"all threads, without / with MLflow: {process_ratio:.4f}")
+    return {"per_step": per_step, "training_thread_ratio": thread_ratio, "process_ratio": process_ratio,
+            "epochs": epochs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--question", choices=["logging", "loop"], default="logging",
+                        help="logging: the recipe with MLflow vs without a logger; loop: seeds, bare Lightning, recipe")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--dilation", type=float, default=25.0,
+                        help="valgrind's slowdown: the wall-clock intervals of the logging path are multiplied by it")
+    parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    parser.add_argument("--simulate", action="store_true",
+                        help="also simulate the caches and branch prediction (about 2x slower) and count estimated "
+                             "cycles instead of instructions")
+    parser.add_argument("--keep", type=Path, help="keep callgrind's files in this folder (for callgrind_annotate)")
+    args = parser.parse_args()
+    if os.environ.get(INNER):
+        if args.question == "loop":
+            steps = counted_loops(args.epochs)
+        else:
+            steps = counted_fits(args.epochs, args.dilation)
+        Path(os.environ[INNER]).write_text(json.dumps(steps))
+        return
+    if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        sys.exit("instruction_counts: needs valgrind (callgrind and callgrind_control): apt install valgrind")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) if args.keep is None else args.keep
+        folder.mkdir(parents=True, exist_ok=True)
+        steps_file = folder / "steps.json"
+        simulate = ["--cache-sim=yes", "--branch-sim=yes"] if args.simulate else []
+        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes", *simulate,
+                   f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--question", args.question,
+                   "--epochs", str(args.epochs), "--dilation", str(args.dilation)]
+        with open(folder / "valgrind.log", "w") as log:
+            done = subprocess.run(command, env={**os.environ, INNER: str(steps_file)}, stdout=log, stderr=log)
+        if done.returncode != 0 or not steps_file.exists():
+            sys.exit(f"instruction_counts: the run under valgrind failed (exit {done.returncode}):\n"
+                     + (folder / "valgrind.log").read_text()[-3000:])
+        counts = read_dumps(folder, "cycles" if args.simulate else "Ir")
+        steps = json.loads(steps_file.read_text())
+        if args.question == "loop":
+            figures = report_loop(counts, steps, args.epochs, "estimated cycles" if args.simulate else "instructions")
+        else:
+            figures = report(counts, steps, args.epochs)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
