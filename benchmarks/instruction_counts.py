@@ -30,7 +30,12 @@ the recipe's fused optimizer kernel (``bare``, ``barefused``) and the recipe (``
 prints instructions per training step on the training thread and the ratios: what Lightning's own loop executes per
 step beyond the seeds' loop, and what the recipe adds beyond bare Lightning. Switching the counting on and off runs
 ``callgrind_control`` in a subprocess, which adds its own instructions to every counted epoch; a calibration window
-with nothing in it measures them, and they are subtracted.
+with nothing in it measures them, and they are subtracted from the totals (not from the split below). It also splits
+each variant's instructions by where they ran (``callgrind_annotate``'s exclusive cost per function, summed by
+library: the Python interpreter, torch with its kernels, the C library, the rest): the same count of instructions
+takes longer in the interpreter (branches, pointer chasing) than in torch's vectorized kernels, so two loops with
+equal totals need not be equally fast. ``--simulate`` models caches and branch prediction to estimate cycles, a model
+that still counts one cycle for every instruction.
 
 Needs valgrind (``callgrind_control`` sends the switches); about 6 minutes for 10 epochs on the 2-core machine.
 """
@@ -162,7 +167,7 @@ def counted_loops(epochs: int) -> dict[str, int]:
 
 
 def report_loop(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int,
-                unit: str = "instructions") -> dict[str, Any]:
+                unit: str = "instructions", folder: Path | None = None) -> dict[str, Any]:
     """Print and return the training thread's instructions per training step of each variant, and the ratios."""
     overhead_per_window = counts.get("calibration", {}).get(1, 0) / max(epochs - 1, 1)
     per_step = {}
@@ -173,12 +178,21 @@ def report_loop(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs
           f"training thread; the switches' own {overhead_per_window:,.0f} {unit} per epoch subtracted")
     for variant in LOOP_VARIANTS:
         print(f"  {variant:>9}: {per_step[variant]:12,.0f} {unit} per step ({steps[variant]} steps)")
+    split: dict[str, dict[str, float]] = {}
+    if folder is not None and unit == "instructions":
+        files = dump_files(folder)
+        print("  where they ran, per step (callgrind_annotate's exclusive costs by library):")
+        for variant in LOOP_VARIANTS:
+            libraries = instructions_by_library(files[variant][1][0])
+            split[variant] = {name: count / steps[variant] for name, count in libraries.items()}
+            print(f"  {variant:>9}: " + ", ".join(f"{name} {count / 1e6:.2f}M" for name, count in
+                                                   sorted(split[variant].items())))
     ratios = {}
     for a, b in (("recipe", "seeds"), ("barefused", "seeds"), ("bare", "seeds"), ("recipe", "barefused"),
                  ("recipe", "bare")):
         ratios[f"{a} / {b}"] = per_step[b] / per_step[a]  # speed ratio at equal instructions per second
         print(f"{a} / {b}: {ratios[f'{a} / {b}']:.3f} ({unit} per step of {b} / of {a})")
-    return {"per_step": per_step, "ratios": ratios, "epochs": epochs, "unit": unit}
+    return {"per_step": per_step, "ratios": ratios, "epochs": epochs, "unit": unit, "by_library": split}
 
 
 def estimated_cycles(events: dict[str, int]) -> int:
@@ -189,10 +203,9 @@ def estimated_cycles(events: dict[str, int]) -> int:
     return events["Ir"] + 10 * (events.get("Bcm", 0) + events.get("Bim", 0) + first_level) + 100 * last_level
 
 
-def read_dumps(folder: Path, measure: str = "Ir") -> dict[str, dict[int, int]]:
-    """Per thread, the count of each labelled dump: ``{label: {thread: count}}`` (thread 1: the main thread);
-    ``measure``: "Ir" (instructions) or "cycles" (``estimated_cycles``, from a ``--simulate`` run)."""
-    counts: dict[str, dict[int, int]] = {}
+def dump_files(folder: Path) -> dict[str, dict[int, tuple[Path, dict[str, int]]]]:
+    """Each labelled dump's files: ``{label: {thread: (file, {event: total})}}`` (thread 1: the main thread)."""
+    dumps: dict[str, dict[int, tuple[Path, dict[str, int]]]] = {}
     for path in folder.glob("cg.*"):
         text = path.read_text(errors="replace")
         trigger = re.search(r"^desc: Trigger: dump (\S+)", text, re.M)
@@ -200,11 +213,38 @@ def read_dumps(folder: Path, measure: str = "Ir") -> dict[str, dict[int, int]]:
         names = re.search(r"^events: (.+)$", text, re.M)
         total = re.search(r"^totals: ([\d ]+)$", text, re.M) or re.search(r"^summary: ([\d ]+)$", text, re.M)
         if trigger and thread and names and total:
-            values = [int(v) for v in total.group(1).split()]
-            events = dict(zip(names.group(1).split(), values + [0] * (len(names.group(1).split()) - len(values))))
-            count = estimated_cycles(events) if measure == "cycles" else events["Ir"]
-            counts.setdefault(trigger.group(1), {})[int(thread.group(1))] = count
-    return counts
+            keys, values = names.group(1).split(), [int(v) for v in total.group(1).split()]
+            events = dict(zip(keys, values + [0] * (len(keys) - len(values))))
+            dumps.setdefault(trigger.group(1), {})[int(thread.group(1))] = (path, events)
+    return dumps
+
+
+def read_dumps(folder: Path, measure: str = "Ir") -> dict[str, dict[int, int]]:
+    """Per thread, the count of each labelled dump: ``{label: {thread: count}}`` (thread 1: the main thread);
+    ``measure``: "Ir" (instructions) or "cycles" (``estimated_cycles``, from a ``--simulate`` run)."""
+    return {label: {thread: estimated_cycles(events) if measure == "cycles" else events["Ir"]
+                    for thread, (_, events) in threads.items()}
+            for label, threads in dump_files(folder).items()}
+
+
+# where an instruction ran, by the file callgrind_annotate names for its function
+LIBRARIES = (("Python interpreter", ("libpython", "Python-3.")), ("torch (kernels, MKL, dispatch)",
+             ("libtorch", "libc10", "/torch/lib/")), ("C library", ("libc.so", "libm.so", "libstdc++", "ld-linux")))
+
+
+def instructions_by_library(path: Path) -> dict[str, int]:
+    """The instructions of one dump file summed by library (``LIBRARIES``, the rest "other"), from
+    ``callgrind_annotate``'s exclusive cost per function."""
+    listing = subprocess.run(["callgrind_annotate", "--threshold=100", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+    totals: dict[str, int] = {}
+    for line in listing.splitlines():
+        row = re.match(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)$", line)
+        if not row or "PROGRAM TOTALS" in row.group(2):
+            continue
+        where = next((name for name, marks in LIBRARIES if any(m in row.group(2) for m in marks)), "other")
+        totals[where] = totals.get(where, 0) + int(row.group(1).replace(",", ""))
+    return totals
 
 
 def report(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int) -> dict[str, Any]:
@@ -270,7 +310,8 @@ def main() -> None:
         counts = read_dumps(folder, "cycles" if args.simulate else "Ir")
         steps = json.loads(steps_file.read_text())
         if args.question == "loop":
-            figures = report_loop(counts, steps, args.epochs, "estimated cycles" if args.simulate else "instructions")
+            figures = report_loop(counts, steps, args.epochs, "estimated cycles" if args.simulate else "instructions",
+                                  folder)
         else:
             figures = report(counts, steps, args.epochs)
     if args.json:
