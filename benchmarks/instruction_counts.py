@@ -56,11 +56,21 @@ from typing import Any
 INNER = "LOOPWISE_CALLGRIND_INNER"  # set in the process valgrind runs
 LABELS = ("mlflow", "none")
 LOOP_VARIANTS = ("seeds", "bare", "barefused", "recipe")
+SYSTEM_METRICS = 10.0  # seconds between a recipe's system-metric samples (its --system_metrics_interval default)
 
 
 def control(*args: str) -> None:
     """Send one command to the callgrind instance running this process (``callgrind_control``)."""
     subprocess.run(["callgrind_control", *args, str(os.getpid())], check=True, capture_output=True)
+
+
+def dilate_logging_intervals(dilation: float) -> None:
+    """Multiply the wall-clock intervals of the recipe's logging path by valgrind's slowdown: the held metrics' and
+    MLflow's asynchronous buffer (5 s). (MLflow's system metrics, every 10 s in a recipe: ``SYSTEM_METRICS``.)"""
+    from recipes.tracking import logger
+
+    logger.ASYNC_BUFFER_SECONDS = logger.ASYNC_BUFFER_SECONDS * dilation
+    os.environ[logger.ASYNC_BUFFER_ENV] = str(logger.ASYNC_BUFFER_SECONDS)
 
 
 def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
@@ -69,12 +79,9 @@ def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
     from _common import FitTimer, set_threads
 
     import logging_overhead
-    from recipes.tracking import logger
-
     set_threads(1)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
-    logger.ASYNC_BUFFER_SECONDS = logger.ASYNC_BUFFER_SECONDS * dilation  # the held metrics' and MLflow's buffer
-    os.environ[logger.ASYNC_BUFFER_ENV] = str(logger.ASYNC_BUFFER_SECONDS)
+    dilate_logging_intervals(dilation)
 
     label = [""]
     start, end = FitTimer.on_train_batch_start, FitTimer.on_train_end
@@ -102,7 +109,7 @@ def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
     return steps
 
 
-def counted_loops(epochs: int) -> dict[str, int]:
+def counted_loops(epochs: int, dilation: float) -> dict[str, int]:
     """Inside valgrind: each of ``LOOP_VARIANTS`` on the spiral MLP with the training batches of epochs 2.. counted
     (the epochs ``overhead.py`` times), and a calibration window (the switches alone); training steps counted."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,6 +119,7 @@ def counted_loops(epochs: int) -> dict[str, int]:
 
     set_threads(1)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
+    dilate_logging_intervals(dilation)
     work = overhead.workloads(False)["spiral"]
     counting = {"on": False}
 
@@ -158,7 +166,8 @@ def counted_loops(epochs: int) -> dict[str, int]:
                 finally:
                     overhead.clock = _common.clock
             elif variant == "recipe":
-                epochs_run = overhead.run_recipe(work, epochs, Path(tmp) / "recipe")
+                interval = ["--system_metrics_interval", str(SYSTEM_METRICS * dilation)]
+                epochs_run = overhead.run_recipe(work, epochs, Path(tmp) / "recipe", extra=interval)
             else:
                 epochs_run = overhead.run_bare(work, epochs, fused=variant == "barefused")
             control(f"--dump={variant}")
@@ -176,8 +185,11 @@ def report_loop(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs
         per_step[variant] = total / steps[variant]
     print(f"instruction_counts: spiral MLP, training batches of epochs 2..{epochs} (what overhead.py times), "
           f"training thread; the switches' own {overhead_per_window:,.0f} {unit} per epoch subtracted")
+    others = {variant: sum(v for k, v in counts.get(variant, {}).items() if k != 1) / steps[variant]
+              for variant in LOOP_VARIANTS}
     for variant in LOOP_VARIANTS:
-        print(f"  {variant:>9}: {per_step[variant]:12,.0f} {unit} per step ({steps[variant]} steps)")
+        print(f"  {variant:>9}: {per_step[variant]:12,.0f} {unit} per step ({steps[variant]} steps); other threads "
+              f"meanwhile {others[variant]:,.0f}")
     split: dict[str, dict[str, float]] = {}
     if folder is not None and unit == "instructions":
         files = dump_files(folder)
@@ -192,7 +204,8 @@ def report_loop(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs
                  ("recipe", "bare")):
         ratios[f"{a} / {b}"] = per_step[b] / per_step[a]  # speed ratio at equal instructions per second
         print(f"{a} / {b}: {ratios[f'{a} / {b}']:.3f} ({unit} per step of {b} / of {a})")
-    return {"per_step": per_step, "ratios": ratios, "epochs": epochs, "unit": unit, "by_library": split}
+    return {"per_step": per_step, "other_threads": others, "ratios": ratios, "epochs": epochs, "unit": unit,
+            "by_library": split}
 
 
 def estimated_cycles(events: dict[str, int]) -> int:
@@ -287,7 +300,7 @@ def main() -> None:
     args = parser.parse_args()
     if os.environ.get(INNER):
         if args.question == "loop":
-            steps = counted_loops(args.epochs)
+            steps = counted_loops(args.epochs, args.dilation)
         else:
             steps = counted_fits(args.epochs, args.dilation)
         Path(os.environ[INNER]).write_text(json.dumps(steps))
