@@ -250,6 +250,11 @@ def instructions_by_library(path: Path) -> dict[str, int]:
     ``callgrind_annotate``'s exclusive cost per function."""
     listing = subprocess.run(["callgrind_annotate", "--threshold=100", str(path)], capture_output=True, text=True,
                              check=True).stdout
+    return sum_by_library(listing)
+
+
+def sum_by_library(listing: str) -> dict[str, int]:
+    """``callgrind_annotate``'s per-function lines summed by ``LIBRARIES`` (the "PROGRAM TOTALS" line left out)."""
     totals: dict[str, int] = {}
     for line in listing.splitlines():
         row = re.match(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)$", line)

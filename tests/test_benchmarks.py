@@ -47,7 +47,9 @@ def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
         "recipe / bare (fast epochs)", "recipe / barefused (fast epochs)", "recipe / limit (fast epochs)",
         "recipe / seeds (fast epochs)", "recipe / seedstrain (fast epochs)",
         *(f"recipe / {base} (paired)" for base in ("bare", "barefused", "limit", "seeds", "seedstrain")),
+        "bare / seeds (paired)", "barefused / seeds (paired)",  # Lightning's own loop against the seeds' loop
     }
+    assert "spiral: barefused Lightning alone / seeds paired = " in out
     assert "spiral: recipe / bare over the fast epochs (90th percentile of per-epoch samples/s, 1 epochs each) = " in out
     breakdown = next(r for r in data["rows"] if r["ratio"] == "ms per step")
     assert breakdown["detail"].startswith("barefused ") and "task, callbacks and logging steps" in breakdown["detail"]
@@ -343,3 +345,33 @@ def test_dispatch_costs_undoes_the_shortcuts_only_inside_its_block_and_prints_ra
     out = capsys.readouterr().out
     assert "recipe / without: paired " in out and "recipe / seeds: paired " in out
     assert re.search(r"tensor loader, us per batch of 64 \(median, min\): quick pass [\d.]+, [\d.]+; without", out)
+
+
+def test_instruction_counts_reads_callgrind_dumps_and_reports_ratios(bench, capsys, tmp_path):
+    """The callgrind files of two labelled dumps become per-step counts per thread, estimated cycles and ratios; an
+    annotate listing is summed by library (valgrind itself is not run here)."""
+    counts = bench("instruction_counts.py")
+    header = "version: 1\ncreator: callgrind-3.19.0\ndesc: Trigger: dump {label}\nthread: {thread}\nevents: {events}\n"
+    files = {("mlflow", 1): ("Ir", "1020"), ("mlflow", 2): ("Ir", "40"), ("none", 1): ("Ir", "1000")}
+    for i, ((label, thread), (events, totals)) in enumerate(files.items()):
+        (tmp_path / f"cg.1.{i}-0{thread}").write_text(header.format(label=label, thread=thread, events=events)
+                                                       + f"summary: 0\ntotals: {totals}\n")
+    read = counts.read_dumps(tmp_path)
+    assert read == {"mlflow": {1: 1020, 2: 40}, "none": {1: 1000}}
+    figures = counts.report(read, {"mlflow": 10, "none": 10}, 1)
+    assert figures["per_step"]["mlflow"] == {"training_thread": 102.0, "other_threads": 4.0, "steps": 10}
+    assert figures["training_thread_ratio"] == pytest.approx(1000 / 1020)
+    assert figures["process_ratio"] == pytest.approx(1000 / 1060)
+    assert "MLflow adds 2.00%" in capsys.readouterr().out
+    events = {"Ir": 100, "Bcm": 2, "Bim": 1, "I1mr": 1, "D1mr": 2, "D1mw": 0, "ILmr": 1, "DLmr": 0, "DLmw": 1}
+    assert counts.estimated_cycles(events) == 100 + 10 * (3 + 3) + 100 * 2
+    listing = """527,019,556 (100.0%)  PROGRAM TOTALS
+67,741,278 (12.85%)  /tmp/Python-3.11.7/Python/ceval.c:_PyEval_EvalFrameDefault'2 [/usr/lib/libpython3.11.so.1.0]
+30,369,720 ( 5.76%)  ???:mkl_blas_avx2_sgemm_kernel_0 [/venv/site-packages/torch/lib/libtorch_cpu.so]
+ 2,455,867 ( 0.47%)  /tmp/Python-3.11.7/./Include/object.h:_PyFrame_Clear
+   569,808 ( 0.11%)  ./string/memset.S:__memset_avx2_unaligned_erms [/usr/lib/x86_64-linux-gnu/libc.so.6]
+    90,472 ( 0.02%)  ???:sqlite3_free [/usr/lib/x86_64-linux-gnu/libsqlite3.so.0.8.6]
+"""
+    assert counts.sum_by_library(listing) == {"Python interpreter": 67_741_278 + 2_455_867,
+                                              "torch (kernels, MKL, dispatch)": 30_369_720, "C library": 569_808,
+                                              "other": 90_472}
