@@ -64,24 +64,26 @@ def control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(os.getpid())], check=True, capture_output=True)
 
 
-def dilate_logging_intervals(dilation: float) -> None:
-    """Multiply the wall-clock intervals of the recipe's logging path by valgrind's slowdown: the held metrics' and
-    MLflow's asynchronous buffer (5 s). (MLflow's system metrics, every 10 s in a recipe: ``SYSTEM_METRICS``.)"""
+def prepare_counted_process(dilation: float) -> None:
+    """Inside valgrind, before any fit: 1 torch thread, the embedded store, and the wall-clock intervals of the
+    recipe's logging path multiplied by valgrind's slowdown: the held metrics' and MLflow's asynchronous buffer (5 s).
+    (MLflow's system metrics, every 10 s in a recipe: ``SYSTEM_METRICS``.)"""
+    from _common import set_threads
+
     from recipes.tracking import logger
 
+    set_threads(1)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
     logger.ASYNC_BUFFER_SECONDS = logger.ASYNC_BUFFER_SECONDS * dilation
     os.environ[logger.ASYNC_BUFFER_ENV] = str(logger.ASYNC_BUFFER_SECONDS)
 
 
 def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
     """Inside valgrind: a warm-up fit, then one counted fit with MLflow and one without; optimizer steps of each."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import FitTimer, set_threads
-
     import logging_overhead
-    set_threads(1)
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
-    dilate_logging_intervals(dilation)
+    from _common import FitTimer
+
+    prepare_counted_process(dilation)
 
     label = [""]
     start, end = FitTimer.on_train_batch_start, FitTimer.on_train_end
@@ -112,14 +114,11 @@ def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
 def counted_loops(epochs: int, dilation: float) -> dict[str, int]:
     """Inside valgrind: each of ``LOOP_VARIANTS`` on the spiral MLP with the training batches of epochs 2.. counted
     (the epochs ``overhead.py`` times), and a calibration window (the switches alone); training steps counted."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import _common
     import overhead
-    from _common import LoopTimer, set_threads
+    from _common import LoopTimer
 
-    set_threads(1)
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
-    dilate_logging_intervals(dilation)
+    prepare_counted_process(dilation)
     work = overhead.workloads(False)["spiral"]
     counting = {"on": False}
 
@@ -139,7 +138,8 @@ def counted_loops(epochs: int, dilation: float) -> dict[str, int]:
             switch(False)
         end(self, trainer, pl_module, outputs, batch, batch_idx)
 
-    LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end = counted_start, counted_end  # type: ignore[method-assign]
+    LoopTimer.on_train_epoch_start = counted_start  # type: ignore[method-assign]
+    LoopTimer.on_train_batch_end = counted_end  # type: ignore[method-assign]
     readings = {"calls": 0}
 
     def seeds_clock() -> float:  # run_seeds reads the clock at the start and the end of every epoch
@@ -265,7 +265,8 @@ def sum_by_library(listing: str) -> dict[str, int]:
     return totals
 
 
-def report(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int) -> dict[str, Any]:
+def report(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int,
+           unit: str = "instructions") -> dict[str, Any]:
     """Print and return the per-step counts and the ratios."""
     per_step = {}
     for name in LABELS:
@@ -281,13 +282,13 @@ def report(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int
           "end of training")
     for name in LABELS:
         row = per_step[name]
-        print(f"  {name:>6}: {row['training_thread']:12,.0f} instructions per step on the training thread, "
+        print(f"  {name:>6}: {row['training_thread']:12,.0f} {unit} per step on the training thread, "
               f"{row['other_threads']:10,.0f} in other threads ({row['steps']} steps)")
     print(f"training thread, without / with MLflow: {thread_ratio:.4f} (MLflow adds "
-          f"{(1 / thread_ratio - 1) * 100:.2f}% to the training thread's instructions; target: ratio >= 0.95)")
+          f"{(1 / thread_ratio - 1) * 100:.2f}% to the training thread's {unit}; target: ratio >= 0.95)")
     print(f"all threads, without / with MLflow: {process_ratio:.4f}")
     return {"per_step": per_step, "training_thread_ratio": thread_ratio, "process_ratio": process_ratio,
-            "epochs": epochs}
+            "epochs": epochs, "unit": unit}
 
 
 def main() -> None:
@@ -326,12 +327,12 @@ def main() -> None:
             sys.exit(f"instruction_counts: the run under valgrind failed (exit {done.returncode}):\n"
                      + (folder / "valgrind.log").read_text()[-3000:])
         counts = read_dumps(folder, "cycles" if args.simulate else "Ir")
+        unit = "estimated cycles" if args.simulate else "instructions"
         steps = json.loads(steps_file.read_text())
         if args.question == "loop":
-            figures = report_loop(counts, steps, args.epochs, "estimated cycles" if args.simulate else "instructions",
-                                  folder)
+            figures = report_loop(counts, steps, args.epochs, unit, folder)
         else:
-            figures = report(counts, steps, args.epochs)
+            figures = report(counts, steps, args.epochs, unit)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

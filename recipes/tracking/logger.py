@@ -223,9 +223,14 @@ class RecipeLogger(MLFlowLogger):
         """Set a run tag the way metrics are written: in the journal at once, in the store with the held metrics
         (a tag written at every checkpoint save, ``loopwise.checkpoint_step``, costs the training thread no MLflow
         call; its readers take the newer of the store's and the journal's)."""
+        self.hold_tags({key: value})
+
+    def hold_tags(self, tags: dict[str, Any]) -> None:
+        """``hold_tag`` for several tags at once (one journal entry); also called from the upload thread."""
+        values = {key: str(value) for key, value in tags.items()}
         with self._write_lock:
-            self.record("tags", values={key: str(value)})
-            self.held_metrics.add_tags({key: str(value)})
+            self.record("tags", values=values)
+            self.held_metrics.add_tags(values)
         self._behind.send_due(self.synchronous)
 
     def send_held_metrics(self, synchronous: bool = True) -> None:
@@ -386,12 +391,8 @@ class RecipeLogger(MLFlowLogger):
         if self._ledger is not None:
             self._ledger.mark(str(self.run_id), name, identity)
         tags = self._file_facts.run_tags(name, identity)
-        if tags:  # written like the metrics: in the journal now, in the store with the held ones (one store write,
-            values = {tag.key: tag.value for tag in tags}  # not about 10 ms of its own on this thread per upload)
-            with self._write_lock:
-                self.record("tags", values=values)
-                self.held_metrics.add_tags(values)
-            self._behind.send_due(self.synchronous)
+        if tags:  # held like the metrics: one store write with them, not about 10 ms of its own on this thread
+            self.hold_tags({tag.key: tag.value for tag in tags})
 
 
 def find_mlflow_logger(loggers: list[Any]) -> MLFlowLogger | None:

@@ -319,10 +319,11 @@ def test_an_uploaded_checkpoint_s_facts_are_held_with_the_metrics_not_written_by
           "--data.n_samples", "400"])
     assert [keys for thread, keys in writers if thread == "loopwise-upload"] == []
     assert any("loopwise.best.epoch" in keys for thread, keys in writers)  # written, with the held values
-    (run,) = mlflow_client(workdir).search_runs([mlflow_client(workdir).get_experiment_by_name("spiral_mlp")
-                                                 .experiment_id])
+    client = mlflow_client(workdir)
+    (run,) = client.search_runs([client.get_experiment_by_name("spiral_mlp").experiment_id])
     tags = run.data.tags
-    assert int(tags["loopwise.last.epoch"]) == 2 and 0 <= int(tags["loopwise.best.epoch"]) <= 2  # the final files (epochs from 0)
+    # the final files' facts (epochs counted from 0)
+    assert int(tags["loopwise.last.epoch"]) == 2 and 0 <= int(tags["loopwise.best.epoch"]) <= 2
     (journal,) = workdir.rglob(JOURNAL_NAME)
     journaled = {k: v for e in read_journal(journal) if e.get("kind") == "tags" for k, v in e["values"].items()}
     for key in ("loopwise.best.epoch", "loopwise.best.value", "loopwise.last.epoch"):
