@@ -175,6 +175,143 @@ def counted_loops(epochs: int, dilation: float) -> dict[str, int]:
     return steps
 
 
+POSITIONS = ("first", "middle", "last")  # batch 0, batches 1..N-2, batch N-1 of an epoch
+
+
+def counted_positions(epochs: int, dilation: float) -> dict[str, Any]:
+    """Inside valgrind: ``seeds``, ``barefused`` and ``recipe`` on the spiral MLP, simulated without a break from the
+    end of epoch 1's training batches to the end of the fit (so that the cache model sees what validation,
+    checkpoints and logging leave behind), and dumped at every epoch's start (``gap``: what ran since the previous
+    epoch's last batch) and after its first, last-but-one and last batch (``POSITIONS``), epochs 2.. counted; a
+    calibration of the dumps alone. Returns the batches per epoch of each variant."""
+    import _common
+    import overhead
+    from _common import LoopTimer
+
+    prepare_counted_process(dilation)
+    work = overhead.workloads(False)["spiral"]
+    state: dict[str, Any] = {"variant": "", "epoch": 0}
+
+    def mark(label: str) -> None:  # the counts since the previous mark, under this label (callgrind zeroes them)
+        control(f"--dump={state['variant']}.{state['epoch']}.{label}")
+
+    def epoch_start(epoch: int) -> None:
+        state["epoch"] = epoch
+        if epoch >= 1:
+            mark("gap")
+
+    def batch_end(epoch: int, index: int, batches: int) -> None:
+        state["batches"] = batches
+        if epoch == 0 and index + 1 == batches:
+            control("--instr=on")
+        elif epoch >= 1 and index in (0, batches - 2, batches - 1):
+            mark(POSITIONS[0 if index == 0 else 1 if index == batches - 2 else 2])
+
+    start, end = LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end
+
+    def counted_start(self: Any, trainer: Any, pl_module: Any) -> None:
+        start(self, trainer, pl_module)
+        epoch_start(trainer.current_epoch)
+
+    def counted_end(self: Any, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        end(self, trainer, pl_module, outputs, batch, batch_idx)
+        batch_end(trainer.current_epoch, batch_idx, trainer.num_training_batches)
+
+    LoopTimer.on_train_epoch_start = counted_start  # type: ignore[method-assign]
+    LoopTimer.on_train_batch_end = counted_end  # type: ignore[method-assign]
+    readings = {"clock": 0, "steps": 0}
+
+    def seeds_clock() -> float:  # run_seeds reads the clock at the start and the end of every epoch
+        epoch, ends = divmod(readings["clock"], 2)
+        readings["clock"] += 1
+        if not ends:
+            epoch_start(epoch)
+        return _common.clock()
+
+    build = overhead.build
+
+    def seeds_build(work: Any, steps_per_epoch: int, *args: Any, **kwargs: Any) -> Any:
+        model, optimizer, scheduler = build(work, steps_per_epoch, *args, **kwargs)
+        step = scheduler.step
+
+        def counted_step(*a: Any, **k: Any) -> None:  # the last call of every batch of run_seeds
+            step(*a, **k)
+            epoch, index = divmod(readings["steps"], steps_per_epoch)
+            readings["steps"] += 1
+            batch_end(epoch, index, steps_per_epoch)
+
+        scheduler.step = counted_step
+        return model, optimizer, scheduler
+
+    batches: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        state["variant"] = "calibration"
+        control("--instr=on")
+        for epoch in range(2 * (epochs - 1)):
+            state["epoch"] = epoch
+            mark("dump")
+        control("--instr=off")
+        for variant in ("seeds", "barefused", "recipe"):
+            state["variant"] = variant
+            if variant == "seeds":
+                overhead.clock, overhead.build = seeds_clock, seeds_build
+                try:
+                    overhead.run_seeds(work, epochs)
+                finally:
+                    overhead.clock, overhead.build = _common.clock, build
+            elif variant == "recipe":
+                interval = ["--system_metrics_interval", str(SYSTEM_METRICS * dilation)]
+                overhead.run_recipe(work, epochs, Path(tmp) / "recipe", extra=interval)
+            else:
+                overhead.run_bare(work, epochs, fused=True)
+            control("--instr=off")
+            state["epoch"] = epochs
+            mark("end")
+            batches[variant] = state["batches"]
+    return {"batches": batches}
+
+
+def report_positions(folder: Path, steps: dict[str, Any], epochs: int) -> dict[str, Any]:
+    """Print and return, per batch position and variant, the training thread's instructions, estimated cycles and
+    misses per step (``--simulate``'s events when they were counted), the dumps' own cost subtracted."""
+    dumps = dump_files(folder)
+    calibration = [threads[1][1] for label, threads in dumps.items() if label.startswith("calibration.") and 1 in threads]
+    keys = ("Ir", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw", "Bcm", "Bim")
+    base = {k: sorted(e.get(k, 0) for e in calibration)[len(calibration) // 2] for k in keys} if calibration else {}
+    figures: dict[str, Any] = {}
+    print(f"instruction_counts --question positions: spiral MLP, epochs 2..{epochs}, training thread, per step; "
+          f"the cache model ran through validation, checkpoints and logging; each dump's own "
+          f"{base.get('Ir', 0):,.0f} instructions subtracted")
+    print(f"{'position':>8} {'variant':>9} {'instructions':>13} {'est. cycles':>12} {'L1 misses':>10} "
+          f"{'LL misses':>10} {'mispredicts':>11}")
+    for position in (*POSITIONS, "epoch", "gap"):
+        for variant, batches in steps["batches"].items():
+            per_batch = {"first": 1, "middle": batches - 2, "last": 1, "epoch": batches, "gap": 1}[position]
+            labels = POSITIONS if position == "epoch" else (position,)
+            total = {k: 0.0 for k in keys}
+            windows = 0
+            for epoch in range(1, epochs):
+                for label in labels:
+                    events = dumps.get(f"{variant}.{epoch}.{label}", {}).get(1, (None, {}))[1]
+                    windows += 1
+                    for k in keys:
+                        total[k] += events.get(k, 0) - base.get(k, 0)
+            steps_counted = per_batch * (epochs - 1)
+            row = {k: v / steps_counted for k, v in total.items()}
+            row["cycles"] = estimated_cycles({k: int(v) for k, v in row.items()})
+            figures.setdefault(position, {})[variant] = row
+            l1 = row["I1mr"] + row["D1mr"] + row["D1mw"]
+            ll = row["ILmr"] + row["DLmr"] + row["DLmw"]
+            print(f"{position:>8} {variant:>9} {row['Ir']:13,.0f} {row['cycles']:12,.0f} {l1:10,.0f} {ll:10,.0f} "
+                  f"{row['Bcm'] + row['Bim']:11,.0f}")
+    epoch = figures["epoch"]
+    for a, b in (("recipe", "seeds"), ("barefused", "seeds"), ("recipe", "barefused")):
+        if a in epoch and b in epoch:
+            print(f"{a} / {b}: instructions {epoch[b]['Ir'] / epoch[a]['Ir']:.3f}, estimated cycles "
+                  f"{epoch[b]['cycles'] / epoch[a]['cycles']:.3f} (per step of {b} / of {a}, over whole epochs)")
+    return {"positions": figures, "epochs": epochs}
+
+
 def report_loop(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int,
                 unit: str = "instructions", folder: Path | None = None) -> dict[str, Any]:
     """Print and return the training thread's instructions per training step of each variant, and the ratios."""
@@ -293,8 +430,10 @@ def report(counts: dict[str, dict[int, int]], steps: dict[str, int], epochs: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--question", choices=["logging", "loop"], default="logging",
-                        help="logging: the recipe with MLflow vs without a logger; loop: seeds, bare Lightning, recipe")
+    parser.add_argument("--question", choices=["logging", "loop", "positions"], default="logging",
+                        help="logging: the recipe with MLflow vs without a logger; loop: seeds, bare Lightning, "
+                             "recipe; positions: seeds, barefused, recipe by batch position, the cache model "
+                             "running between epochs too")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--dilation", type=float, default=25.0,
                         help="valgrind's slowdown: the wall-clock intervals of the logging path are multiplied by it")
@@ -302,11 +441,17 @@ def main() -> None:
     parser.add_argument("--simulate", action="store_true",
                         help="also simulate the caches and branch prediction (about 2x slower) and count estimated "
                              "cycles instead of instructions")
+    parser.add_argument("--last-level", metavar="SIZE,ASSOC,LINE",
+                        help="with --simulate, the cache callgrind models as the last level (its --LL); callgrind "
+                             "models two levels, first and last (by default the L3), so 524288,8,64 makes the "
+                             "second level the host's 512 KiB L2 and counts its misses (hits in L3)")
     parser.add_argument("--keep", type=Path, help="keep callgrind's files in this folder (for callgrind_annotate)")
     args = parser.parse_args()
     if os.environ.get(INNER):
         if args.question == "loop":
             steps = counted_loops(args.epochs, args.dilation)
+        elif args.question == "positions":
+            steps = counted_positions(args.epochs, args.dilation)
         else:
             steps = counted_fits(args.epochs, args.dilation)
         Path(os.environ[INNER]).write_text(json.dumps(steps))
@@ -318,6 +463,8 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         steps_file = folder / "steps.json"
         simulate = ["--cache-sim=yes", "--branch-sim=yes"] if args.simulate else []
+        if args.simulate and args.last_level:
+            simulate.append(f"--LL={args.last_level}")
         command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes", *simulate,
                    f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--question", args.question,
                    "--epochs", str(args.epochs), "--dilation", str(args.dilation)]
@@ -329,7 +476,9 @@ def main() -> None:
         counts = read_dumps(folder, "cycles" if args.simulate else "Ir")
         unit = "estimated cycles" if args.simulate else "instructions"
         steps = json.loads(steps_file.read_text())
-        if args.question == "loop":
+        if args.question == "positions":
+            figures = report_positions(folder, steps, args.epochs)
+        elif args.question == "loop":
             figures = report_loop(counts, steps, args.epochs, unit, folder)
         else:
             figures = report(counts, steps, args.epochs, unit)

@@ -375,3 +375,29 @@ def test_instruction_counts_reads_callgrind_dumps_and_reports_ratios(bench, caps
     assert counts.sum_by_library(listing) == {"Python interpreter": 67_741_278 + 2_455_867,
                                               "torch (kernels, MKL, dispatch)": 30_369_720, "C library": 569_808,
                                               "other": 90_472}
+
+
+def test_instruction_counts_positions_reads_each_epoch_s_dumps_by_batch_position(bench, capsys, tmp_path):
+    """``--question positions``: the dumps named variant.epoch.position become counts per step of the first, middle
+    and last batches, the whole epoch and the gap before it, the dumps' own cost (calibration) subtracted."""
+    counts = bench("instruction_counts.py")
+    header = "version: 1\ncreator: callgrind-3.19.0\ndesc: Trigger: dump {label}\nthread: 1\nevents: Ir D1mr DLmr\n"
+    dumps = {"calibration.0.dump": "10 0 0", "calibration.1.dump": "10 0 0", "calibration.2.dump": "30 0 0"}
+    for variant, scale in (("seeds", 1), ("barefused", 2), ("recipe", 3)):
+        for epoch in (1, 2):  # epochs=3: epochs 2 and 3 (indices 1 and 2) counted; 4 batches an epoch
+            dumps[f"{variant}.{epoch}.gap"] = f"{1000 * scale + 10} 0 0"
+            dumps[f"{variant}.{epoch}.first"] = f"{100 * scale + 10} 5 1"
+            dumps[f"{variant}.{epoch}.middle"] = f"{200 * scale + 10} 10 0"  # batches 1 and 2
+            dumps[f"{variant}.{epoch}.last"] = f"{100 * scale + 10} 0 0"
+        dumps[f"{variant}.3.end"] = "99999 0 0"
+    for i, (label, totals) in enumerate(dumps.items()):
+        (tmp_path / f"cg.1.{i}").write_text(header.format(label=label) + f"summary: 0\ntotals: {totals}\n")
+    figures = counts.report_positions(tmp_path, {"batches": {"seeds": 4, "barefused": 4, "recipe": 4}}, 3)
+    positions = figures["positions"]
+    assert positions["first"]["seeds"]["Ir"] == 100  # (110 - 10) per epoch, one batch each
+    assert positions["middle"]["recipe"]["Ir"] == 300  # (610 - 10) over two batches
+    assert positions["epoch"]["barefused"]["Ir"] == 200  # (200 + 400 + 200) over four batches
+    assert positions["gap"]["recipe"]["Ir"] == 3000
+    assert positions["first"]["seeds"]["cycles"] == 100 + 10 * 5 + 100 * 1
+    out = capsys.readouterr().out
+    assert "recipe / seeds: instructions 0.333" in out
