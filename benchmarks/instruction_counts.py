@@ -3,6 +3,7 @@ callgrind), not seconds.
 
     python benchmarks/instruction_counts.py [--question logging] [--epochs 10] [--dilation 25] [--json PATH]
     python benchmarks/instruction_counts.py --question loop [--epochs 6] [--json PATH]
+    python benchmarks/instruction_counts.py --question positions --simulate [--last-level 524288,8,64] [--epochs 5]
 
 ``logging_overhead.py`` times the spiral recipe with its MLflow logger and without a logger. On the shared 2-core
 machine one variant's runs spread by 10-30% (even in the training thread's CPU time: the host's load changes the
@@ -36,6 +37,13 @@ library: the Python interpreter, torch with its kernels, the C library, the rest
 takes longer in the interpreter (branches, pointer chasing) than in torch's vectorized kernels, so two loops with
 equal totals need not be equally fast. ``--simulate`` models caches and branch prediction to estimate cycles, a model
 that still counts one cycle for every instruction.
+
+``--question positions`` counts seeds, barefused and recipe by position in the epoch (the first batch, the middle
+ones, the last, and the gap between two epochs' training batches: validation, checkpoints, logging), with the
+instrumentation on from the end of epoch 1's training batches to the end of each fit, so that ``--simulate``'s cache
+model sees what the gaps leave in the caches (``--question loop`` switches it off between its windows, so it models
+every epoch's first batch as warm). Callgrind models two cache levels; ``--last-level 524288,8,64`` makes the last
+one the host's 512 KiB L2 instead of the L3.
 
 Needs valgrind (``callgrind_control`` sends the switches); about 6 minutes for 10 epochs on the 2-core machine.
 """
@@ -275,7 +283,8 @@ def report_positions(folder: Path, steps: dict[str, Any], epochs: int) -> dict[s
     """Print and return, per batch position and variant, the training thread's instructions, estimated cycles and
     misses per step (``--simulate``'s events when they were counted), the dumps' own cost subtracted."""
     dumps = dump_files(folder)
-    calibration = [threads[1][1] for label, threads in dumps.items() if label.startswith("calibration.") and 1 in threads]
+    calibration = [threads[1][1] for label, threads in dumps.items()
+                   if label.startswith("calibration.") and 1 in threads]
     keys = ("Ir", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw", "Bcm", "Bim")
     base = {k: sorted(e.get(k, 0) for e in calibration)[len(calibration) // 2] for k in keys} if calibration else {}
     figures: dict[str, Any] = {}
