@@ -43,7 +43,7 @@ ones, the last, and the gap between two epochs' training batches: validation, ch
 instrumentation on from the end of epoch 1's training batches to the end of each fit, so that ``--simulate``'s cache
 model sees what the gaps leave in the caches (``--question loop`` switches it off between its windows, so it models
 every epoch's first batch as warm). Callgrind models two cache levels; ``--last-level 524288,8,64`` makes the last
-one the host's 512 KiB L2 instead of the L3.
+one the host's 512 KiB L2 instead of the L3; ``--tlb`` models the TLBs (4 KiB pages as lines) and counts page walks.
 
 Needs valgrind (``callgrind_control`` sends the switches); about 6 minutes for 10 epochs on the 2-core machine.
 """
@@ -279,7 +279,8 @@ def counted_positions(epochs: int, dilation: float) -> dict[str, Any]:
     return {"batches": batches}
 
 
-def report_positions(folder: Path, steps: dict[str, Any], epochs: int) -> dict[str, Any]:
+def report_positions(folder: Path, steps: dict[str, Any], epochs: int,
+                     levels: tuple[str, str] = ("L1", "LL")) -> dict[str, Any]:
     """Print and return, per batch position and variant, the training thread's instructions, estimated cycles and
     misses per step (``--simulate``'s events when they were counted), the dumps' own cost subtracted."""
     dumps = dump_files(folder)
@@ -291,8 +292,8 @@ def report_positions(folder: Path, steps: dict[str, Any], epochs: int) -> dict[s
     print(f"instruction_counts --question positions: spiral MLP, epochs 2..{epochs}, training thread, per step; "
           f"the cache model ran through validation, checkpoints and logging; each dump's own "
           f"{base.get('Ir', 0):,.0f} instructions subtracted")
-    print(f"{'position':>8} {'variant':>9} {'instructions':>13} {'est. cycles':>12} {'L1 misses':>10} "
-          f"{'LL misses':>10} {'mispredicts':>11}")
+    print(f"{'position':>8} {'variant':>9} {'instructions':>13} {'est. cycles':>12} {levels[0] + ' misses':>12} "
+          f"{levels[1] + ' misses':>12} {'mispredicts':>11}")
     for position in (*POSITIONS, "epoch", "gap"):
         for variant, batches in steps["batches"].items():
             per_batch = {"first": 1, "middle": batches - 2, "last": 1, "epoch": batches, "gap": 1}[position]
@@ -311,7 +312,7 @@ def report_positions(folder: Path, steps: dict[str, Any], epochs: int) -> dict[s
             figures.setdefault(position, {})[variant] = row
             l1 = row["I1mr"] + row["D1mr"] + row["D1mw"]
             ll = row["ILmr"] + row["DLmr"] + row["DLmw"]
-            print(f"{position:>8} {variant:>9} {row['Ir']:13,.0f} {row['cycles']:12,.0f} {l1:10,.0f} {ll:10,.0f} "
+            print(f"{position:>8} {variant:>9} {row['Ir']:13,.0f} {row['cycles']:12,.0f} {l1:12,.0f} {ll:12,.0f} "
                   f"{row['Bcm'] + row['Bim']:11,.0f}")
     epoch = figures["epoch"]
     for a, b in (("recipe", "seeds"), ("barefused", "seeds"), ("recipe", "barefused")):
@@ -454,6 +455,11 @@ def main() -> None:
                         help="with --simulate, the cache callgrind models as the last level (its --LL); callgrind "
                              "models two levels, first and last (by default the L3), so 524288,8,64 makes the "
                              "second level the host's 512 KiB L2 and counts its misses (hits in L3)")
+    parser.add_argument("--tlb", action="store_true",
+                        help="with --simulate, model the address-translation caches instead of the memory caches: "
+                             "4 KiB pages as lines, 64 entries for the first level (instructions and data, fully "
+                             "associative) and 2048 for the second (16-way), this EPYC's TLBs; misses are then page "
+                             "walks (the estimated cycles mean nothing then)")
     parser.add_argument("--keep", type=Path, help="keep callgrind's files in this folder (for callgrind_annotate)")
     args = parser.parse_args()
     if os.environ.get(INNER):
@@ -474,6 +480,8 @@ def main() -> None:
         simulate = ["--cache-sim=yes", "--branch-sim=yes"] if args.simulate else []
         if args.simulate and args.last_level:
             simulate.append(f"--LL={args.last_level}")
+        if args.simulate and args.tlb:
+            simulate += ["--I1=262144,64,4096", "--D1=262144,64,4096", "--LL=8388608,16,4096"]
         command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes", *simulate,
                    f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--question", args.question,
                    "--epochs", str(args.epochs), "--dilation", str(args.dilation)]
@@ -486,7 +494,8 @@ def main() -> None:
         unit = "estimated cycles" if args.simulate else "instructions"
         steps = json.loads(steps_file.read_text())
         if args.question == "positions":
-            figures = report_positions(folder, steps, args.epochs)
+            levels = ("L1 TLB", "L2 TLB") if args.tlb else ("L1", "L2" if args.last_level else "LL")
+            figures = report_positions(folder, steps, args.epochs, levels)
         elif args.question == "loop":
             figures = report_loop(counts, steps, args.epochs, unit, folder)
         else:
