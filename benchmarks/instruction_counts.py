@@ -59,7 +59,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 INNER = "LOOPWISE_CALLGRIND_INNER"  # set in the process valgrind runs
 LABELS = ("mlflow", "none")
@@ -119,19 +119,21 @@ def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
     return steps
 
 
-def counted_loops(epochs: int, dilation: float) -> dict[str, int]:
-    """Inside valgrind: each of ``LOOP_VARIANTS`` on the spiral MLP with the training batches of epochs 2.. counted
-    (the epochs ``overhead.py`` times), and a calibration window (the switches alone); training steps counted."""
+def loop_windows(switch: Callable[[bool], None], variants: tuple[str, ...] = LOOP_VARIANTS, epochs: int = 6,
+                 recipe_args: list[str] | None = None, workdir: Path | None = None) -> dict[str, int]:
+    """Run each of ``variants`` (``LOOP_VARIANTS``' names) once on the spiral MLP, calling ``switch(True)`` where
+    ``overhead.py`` starts its clock for an epoch after the first and ``switch(False)`` where it stops it (the
+    training batches of epochs 2..); returns each variant's counted training steps. ``recipe_args`` go to the recipe's
+    command line. Shared by the counted (callgrind) and the cycle-counted (``cycle_counts.py``) runs."""
     import _common
     import overhead
     from _common import LoopTimer
 
-    prepare_counted_process(dilation)
     work = overhead.workloads(False)["spiral"]
     counting = {"on": False}
 
-    def switch(on: bool) -> None:
-        control("--instr=on" if on else "--instr=off")
+    def toggle(on: bool) -> None:
+        switch(on)
         counting["on"] = on
 
     start, end = LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end
@@ -139,47 +141,64 @@ def counted_loops(epochs: int, dilation: float) -> dict[str, int]:
     def counted_start(self: Any, trainer: Any, pl_module: Any) -> None:
         start(self, trainer, pl_module)
         if trainer.current_epoch >= 1:
-            switch(True)
+            toggle(True)
 
     def counted_end(self: Any, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if counting["on"] and batch_idx + 1 >= trainer.num_training_batches:
-            switch(False)
+            toggle(False)
         end(self, trainer, pl_module, outputs, batch, batch_idx)
 
-    LoopTimer.on_train_epoch_start = counted_start  # type: ignore[method-assign]
-    LoopTimer.on_train_batch_end = counted_end  # type: ignore[method-assign]
     readings = {"calls": 0}
 
     def seeds_clock() -> float:  # run_seeds reads the clock at the start and the end of every epoch
         readings["calls"] += 1
         epoch, ends = divmod(readings["calls"] - 1, 2)
         if epoch >= 1:
-            switch(not ends)
+            toggle(not ends)
         return _common.clock()
 
     steps: dict[str, int] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end = counted_start, counted_end  # type: ignore
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for variant in variants:
+                if variant == "seeds":
+                    readings["calls"] = 0
+                    overhead.clock = seeds_clock
+                    try:
+                        epochs_run = overhead.run_seeds(work, epochs)
+                    finally:
+                        overhead.clock = _common.clock
+                elif variant == "recipe":
+                    epochs_run = overhead.run_recipe(work, epochs, Path(workdir or tmp) / f"recipe-{os.getpid()}",
+                                                     extra=recipe_args)
+                else:
+                    epochs_run = overhead.run_bare(work, epochs, fused=variant == "barefused")
+                steps[variant] = sum(n for epoch, _, _, n in epochs_run if epoch >= 1)
+    finally:
+        LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end = start, end  # type: ignore
+    return steps
+
+
+def counted_loops(epochs: int, dilation: float) -> dict[str, int]:
+    """Inside valgrind: each of ``LOOP_VARIANTS`` on the spiral MLP with the training batches of epochs 2.. counted
+    (the epochs ``overhead.py`` times), and a calibration window (the switches alone); training steps counted."""
+    prepare_counted_process(dilation)
+
+    def switch(on: bool) -> None:
+        control("--instr=on" if on else "--instr=off")
+
+    control("--zero")
+    for _ in range(epochs - 1):  # the switches alone, as often as a variant's counted epochs
+        switch(True)
+        switch(False)
+    control("--dump=calibration")
+    steps: dict[str, int] = {}
+    interval = ["--system_metrics_interval", str(SYSTEM_METRICS * dilation)]
+    for variant in LOOP_VARIANTS:
         control("--zero")
-        for _ in range(epochs - 1):  # the switches alone, as often as a variant's counted epochs
-            switch(True)
-            switch(False)
-        control("--dump=calibration")
-        for variant in LOOP_VARIANTS:
-            control("--zero")
-            if variant == "seeds":
-                readings["calls"] = 0
-                overhead.clock = seeds_clock
-                try:
-                    epochs_run = overhead.run_seeds(work, epochs)
-                finally:
-                    overhead.clock = _common.clock
-            elif variant == "recipe":
-                interval = ["--system_metrics_interval", str(SYSTEM_METRICS * dilation)]
-                epochs_run = overhead.run_recipe(work, epochs, Path(tmp) / "recipe", extra=interval)
-            else:
-                epochs_run = overhead.run_bare(work, epochs, fused=variant == "barefused")
-            control(f"--dump={variant}")
-            steps[variant] = sum(n for epoch, _, _, n in epochs_run if epoch >= 1)
+        steps.update(loop_windows(switch, (variant,), epochs, recipe_args=interval))
+        control(f"--dump={variant}")
     return steps
 
 

@@ -401,3 +401,56 @@ def test_instruction_counts_positions_reads_each_epoch_s_dumps_by_batch_position
     assert positions["first"]["seeds"]["cycles"] == 100 + 10 * 5 + 100 * 1
     out = capsys.readouterr().out
     assert "recipe / seeds: instructions 0.333" in out
+
+
+def test_cycle_counts_counts_the_thread_only_inside_its_windows_and_reports_cycle_ratios(bench, capsys):
+    """``cycle_counts.py``'s counters (perf_event_open on this thread) count inside ``start``/``stop`` only and reset
+    on ``read``; checked with the kernel's software task clock, which every Linux machine has (the hardware cycles
+    this shared VM does not expose). The shared windows run the seeds' loop and bare Lightning for real: one switch
+    on and off per epoch after the first. The report's medians and paired ratios come from synthetic counts."""
+    cycles = bench("cycle_counts.py")
+    counters = cycles.ThreadCounters({"task_clock": (cycles.PERF_TYPE_SOFTWARE, 1)})
+    try:
+        counters.start()
+        sum(range(2_000_000))
+        counters.stop()
+        busy = counters.read()["task_clock"]
+        sum(range(2_000_000))  # not counted: stopped
+        assert counters.read()["task_clock"] == 0
+        assert busy > 1_000_000  # nanoseconds of this thread's CPU time
+        switches = []
+
+        def switch(on: bool) -> None:
+            switches.append(on)
+            counters.start() if on else counters.stop()
+
+        steps = bench("instruction_counts.py").loop_windows(switch, ("seeds", "barefused"), epochs=3)
+        assert switches == [True, False] * 4  # epochs 2 and 3 of each variant
+        assert steps == {"seeds": 44, "barefused": 44}  # 22 spiral batches an epoch
+        assert counters.read()["task_clock"] > 0
+    finally:
+        counters.close()
+    rows = {"seeds": [{"cycles": 100.0, "instructions": 200.0}, {"cycles": 120.0, "instructions": 200.0}],
+            "recipe": [{"cycles": 110.0, "instructions": 150.0}, {"cycles": 100.0, "instructions": 150.0}]}
+    figures = cycles.report(rows)
+    assert figures["per_step"]["seeds"] == {"cycles": 110.0, "instructions": 200.0, "ipc": pytest.approx(1.8333, 1e-3)}
+    assert figures["ratios"]["recipe / seeds"] == pytest.approx((100 / 110 + 120 / 100) / 2)
+    assert "recipe / seeds: 1.055" in capsys.readouterr().out
+
+
+def test_cycle_counts_says_in_one_line_when_the_machine_cannot_count_cycles(bench, monkeypatch, capsys):
+    """Where perf_event_open refuses (no PMU in the VM, a strict perf_event_paranoid), one line names the problem and
+    the fix, and the exit status is 2; nothing runs."""
+    cycles = bench("cycle_counts.py")
+
+    def refuse(self, events=None):
+        raise cycles.CountersUnavailable("perf_event_open(cycles): No such file or directory")
+
+    monkeypatch.setattr(cycles.ThreadCounters, "__init__", refuse)
+    monkeypatch.setattr(sys, "argv", ["cycle_counts.py"])
+    with pytest.raises(SystemExit) as exit_:
+        cycles.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "No such file or directory" in err and "perf stat -e cycles true" in err
