@@ -120,7 +120,7 @@ def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
 
 
 def loop_windows(switch: Callable[[bool], None], variants: tuple[str, ...] = LOOP_VARIANTS, epochs: int = 6,
-                 recipe_args: list[str] | None = None, workdir: Path | None = None) -> dict[str, int]:
+                 recipe_args: list[str] | None = None) -> dict[str, int]:
     """Run each of ``variants`` (``LOOP_VARIANTS``' names) once on the spiral MLP, calling ``switch(True)`` where
     ``overhead.py`` starts its clock for an epoch after the first and ``switch(False)`` where it stops it (the
     training batches of epochs 2..); returns each variant's counted training steps. ``recipe_args`` go to the recipe's
@@ -170,8 +170,7 @@ def loop_windows(switch: Callable[[bool], None], variants: tuple[str, ...] = LOO
                     finally:
                         overhead.clock = _common.clock
                 elif variant == "recipe":
-                    epochs_run = overhead.run_recipe(work, epochs, Path(workdir or tmp) / f"recipe-{os.getpid()}",
-                                                     extra=recipe_args)
+                    epochs_run = overhead.run_recipe(work, epochs, Path(tmp) / "recipe", extra=recipe_args)
                 else:
                     epochs_run = overhead.run_bare(work, epochs, fused=variant == "barefused")
                 steps[variant] = sum(n for epoch, _, _, n in epochs_run if epoch >= 1)
