@@ -213,9 +213,10 @@ class RecipeLogger(MLFlowLogger):
             metrics = {k: v for k, v in dict(metrics).items() if step not in logged.get(k, ())}
             if not metrics:
                 return
+        now = int(time.time() * 1000)  # one time for both: a value written twice is one row (``HeldMetrics.add``)
         with self._write_lock:  # in the journal and held, or neither, when writes go back to the server
-            self.record("metrics", step=step, time=int(time.time() * 1000), values=dict(metrics))
-            self.held_metrics.add(dict(metrics), step)
+            self.record("metrics", step=step, time=now, values=dict(metrics))
+            self.held_metrics.add(dict(metrics), step, now)
         self._behind.send_due(self.synchronous)
 
     @rank_zero_only
@@ -254,9 +255,7 @@ class RecipeLogger(MLFlowLogger):
         if self._steps_before_resume is None:
             client, run_id = self.experiment, self.run_id
             keys = client.get_run(run_id).data.metrics
-            self._steps_before_resume = {
-                key: {m.step for m in client.get_metric_history(run_id, key)} for key in keys
-            }
+            self._steps_before_resume = {key: {m.step for m in client.get_metric_history(run_id, key)} for key in keys}
         return self._steps_before_resume
 
     def checkpoint_saved(self) -> None:

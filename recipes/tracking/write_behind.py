@@ -103,15 +103,23 @@ class WriteBehind:
         if not self.queued or self._failure() is not None:
             return  # nothing queued since the last flush: MLflow's flush restarts its threads and waits for them
         self.queued = False
-        import mlflow
-
-        # the store of the global tracking URI, which MLFlowLogger set to its own when it opened the run; the client
-        # shares that store object (MLflow caches one per URI), so this is the queue its writes wait in
-        if mlflow.get_tracking_uri() == self._client().tracking_uri:
-            try:
-                mlflow.flush_async_logging()
-            except Exception as err:  # noqa: BLE001
-                self._failed(err)
+        try:
+            wait_for_queued_writes(self._client())
+        except Exception as err:  # noqa: BLE001
+            self._failed(err)
 
 
-__all__ = ["WriteBehind"]
+def wait_for_queued_writes(client: Any) -> None:
+    """Return once every batch queued to MLflow's asynchronous writer for ``client``'s store has been written (or has
+    failed). MLflow holds a queued batch up to ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (5 s in a recipe) before it
+    sends it; a replay of the journal that read the store meanwhile would write the batch's values a second time.
+
+    The queue is that of the global tracking URI's store, which ``MLFlowLogger`` set to its own when it opened the
+    run; the client shares that store object (MLflow caches one per URI), so this is the queue its writes wait in."""
+    import mlflow
+
+    if mlflow.get_tracking_uri() == client.tracking_uri:
+        mlflow.flush_async_logging()
+
+
+__all__ = ["WriteBehind", "wait_for_queued_writes"]
