@@ -112,6 +112,18 @@ def is_read_only(err: BaseException | str) -> bool:
     return isinstance(err, PermissionError) or any(marker in str(err) for marker in READ_ONLY_MARKERS)
 
 
+# how a SQL store words the insert of a row another writer inserted first (SQLite, PostgreSQL, MySQL)
+DUPLICATE_ROW_MARKERS = ("UNIQUE constraint failed", "duplicate key value violates unique constraint", "Duplicate entry")
+
+
+def lost_insert_race(err: BaseException) -> bool:
+    """Whether a store refused a write because another writer inserted the same row between the store's lookup and
+    its insert (MLflow's ``log_inputs`` looks a dataset up, then inserts it, not atomically: two runs of one
+    experiment logging the same data at the same moment make one of them fail). Tried again, the write finds the row
+    and links it."""
+    return any(marker in str(err) for marker in DUPLICATE_ROW_MARKERS)
+
+
 def store_failure_message(uri: str, err: BaseException | str, journal: Any, catches_up: bool = False) -> str:
     """The one warning about a store that refused a write: which store, why, that training goes on, what to do.
     ``catches_up``: a tracking server that the run catches up with by itself once it answers again
@@ -206,6 +218,7 @@ __all__ = [
     "bound_http_requests",
     "cut_at_word",
     "fast_http_failures",
+    "lost_insert_race",
     "is_read_only",
     "is_server_uri",
     "read_only_at_start",

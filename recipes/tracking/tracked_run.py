@@ -15,6 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.loggers import MLFlowLogger
 
+from recipes.tracking.failures import lost_insert_race
 from recipes.tracking.logger import find_mlflow_logger
 
 
@@ -63,8 +64,19 @@ class TrackedRun:
             return default
 
     def log_inputs(self, inputs: list[Any]) -> None:
-        """Log MLflow dataset inputs (``mlflow.entities.DatasetInput``) to the run."""
-        self._write(lambda: self.logger.experiment.log_inputs(self.logger.run_id, datasets=inputs))
+        """Log MLflow dataset inputs (``mlflow.entities.DatasetInput``) to the run; once more when another run of the
+        experiment inserted the same dataset at the same moment (``lost_insert_race``: the second try links it)."""
+
+        def write() -> None:
+            client, run_id = self.logger.experiment, self.logger.run_id
+            try:
+                client.log_inputs(run_id, datasets=inputs)
+            except Exception as err:
+                if not lost_insert_race(err):
+                    raise
+                client.log_inputs(run_id, datasets=inputs)
+
+        self._write(write)
 
     def set_tag(self, key: str, value: Any, synchronous: bool = True) -> None:
         """Set one run tag (as a string); with ``synchronous`` off, held with the logger's metrics when it holds them

@@ -63,3 +63,45 @@ def test_fit_and_test_runs_record_their_splits_as_dataset_inputs(workdir):
     profile = json.loads(train.profile)
     assert train.name == "SpiralDataModule/train" and profile["num_rows"] == 280 == sum(profile["class_counts"])
     assert json.loads(train.schema)["tensors"][0]["shape"] == [280, 2]
+
+
+def test_a_dataset_another_run_inserts_at_the_same_moment_is_linked_and_the_store_keeps_working(
+        tmp_path, migrated_store, monkeypatch):
+    """MLflow's ``log_inputs`` looks the dataset up, then inserts it, not atomically. Two recipes of one experiment on
+    the same data, started together, met between the two (1 in 20 runs of ``test_concurrent_runs``): one got
+    ``UNIQUE constraint failed: datasets.experiment_id, datasets.name, datasets.digest``, its store was taken as
+    failed, and the run stayed RUNNING with no params or metrics. Here the other run's insert lands in that gap."""
+    import sqlalchemy.orm
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.store.tracking.dbmodels.models import SqlDataset
+
+    from recipes.tracking.logger import RecipeLogger
+    from recipes.tracking.tracked_run import TrackedRun
+    from tests.conftest import copy_migrated_store
+
+    uri = f"sqlite:///{copy_migrated_store(migrated_store, tmp_path)}"
+    logger = RecipeLogger(experiment_name="e", tracking_uri=uri)
+    logger.keep_journal(tmp_path / "checkpoints")
+    client, run_id = logger.experiment, logger.run_id
+    other = client.create_run(logger.experiment_id).info.run_id
+    inputs = [DatasetInput(Dataset("SpiralDataModule/train", "d1g35t", "code", "{}"),
+                          [InputTag("mlflow.data.context", "train")])]
+    lookup, raced = sqlalchemy.orm.Query.all, []
+
+    def all_rows(query):  # the first lookup of datasets: found nothing, and the other run inserts it right after
+        if query.column_descriptions[0]["entity"] is SqlDataset and not raced:
+            raced.append(True)
+            rows = lookup(query)
+            client.log_inputs(other, datasets=inputs)
+            return rows
+        return lookup(query)
+
+    monkeypatch.setattr(sqlalchemy.orm.Query, "all", all_rows)
+    TrackedRun(logger).log_inputs(inputs)
+    monkeypatch.undo()
+    assert raced and logger.store_failure is None
+    (linked,) = client.get_run(run_id).inputs.dataset_inputs
+    assert (linked.dataset.name, linked.dataset.digest) == ("SpiralDataModule/train", "d1g35t")
+    assert [d.dataset.digest for d in client.get_run(other).inputs.dataset_inputs] == ["d1g35t"]
+    logger.log_hyperparams({"lr": 0.01})  # the store still takes the run's writes
+    assert client.get_run(run_id).data.params == {"lr": "0.01"}
