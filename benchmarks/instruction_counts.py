@@ -119,56 +119,63 @@ def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
     return steps
 
 
-def loop_windows(switch: Callable[[bool], None], variants: tuple[str, ...] = LOOP_VARIANTS, epochs: int = 6,
-                 recipe_args: list[str] | None = None) -> dict[str, int]:
-    """Run each of ``variants`` (``LOOP_VARIANTS``' names) once on the spiral MLP, calling ``switch(True)`` where
-    ``overhead.py`` starts its clock for an epoch after the first and ``switch(False)`` where it stops it (the
-    training batches of epochs 2..); returns each variant's counted training steps. ``recipe_args`` go to the recipe's
-    command line. Shared by the counted (callgrind) and the cycle-counted (``cycle_counts.py``) runs."""
+def hooked_fits(variants: tuple[str, ...], epochs: int, epoch_start: Callable[[int], None],
+                batch_end: Callable[[int, int, int], None], recipe_args: list[str] | None = None) -> dict[str, int]:
+    """Run each of ``variants`` (``LOOP_VARIANTS``' names) once on the spiral MLP with two hooks at the places where
+    ``overhead.py`` times: ``epoch_start(epoch)`` where it starts an epoch's clock (Lightning: after the
+    ``LoopTimer``'s ``on_train_epoch_start``; the seeds' loop: its clock reading at the epoch's start), and
+    ``batch_end(epoch, index, batches)`` after each training batch (Lightning: before the ``LoopTimer``'s
+    ``on_train_batch_end``; the seeds' loop: after its ``scheduler.step``, the batch's last call). ``recipe_args`` go
+    to the recipe's command line. Returns each variant's training steps in epochs 2.."""
     import _common
     import overhead
     from _common import LoopTimer
 
     work = overhead.workloads(False)["spiral"]
-    counting = {"on": False}
+    start, end, build = LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end, overhead.build
 
-    def toggle(on: bool) -> None:
-        switch(on)
-        counting["on"] = on
-
-    start, end = LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end
-
-    def counted_start(self: Any, trainer: Any, pl_module: Any) -> None:
+    def hooked_start(self: Any, trainer: Any, pl_module: Any) -> None:
         start(self, trainer, pl_module)
-        if trainer.current_epoch >= 1:
-            toggle(True)
+        epoch_start(trainer.current_epoch)
 
-    def counted_end(self: Any, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if counting["on"] and batch_idx + 1 >= trainer.num_training_batches:
-            toggle(False)
+    def hooked_end(self: Any, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        batch_end(trainer.current_epoch, batch_idx, trainer.num_training_batches)
         end(self, trainer, pl_module, outputs, batch, batch_idx)
 
-    readings = {"calls": 0}
+    readings = {"clock": 0, "steps": 0}
 
     def seeds_clock() -> float:  # run_seeds reads the clock at the start and the end of every epoch
-        readings["calls"] += 1
-        epoch, ends = divmod(readings["calls"] - 1, 2)
-        if epoch >= 1:
-            toggle(not ends)
+        epoch, ends = divmod(readings["clock"], 2)
+        readings["clock"] += 1
+        if not ends:
+            epoch_start(epoch)
         return _common.clock()
 
+    def seeds_build(work: Any, steps_per_epoch: int, *args: Any, **kwargs: Any) -> Any:
+        model, optimizer, scheduler = build(work, steps_per_epoch, *args, **kwargs)
+        step = scheduler.step
+
+        def hooked_step(*a: Any, **k: Any) -> None:
+            step(*a, **k)
+            epoch, index = divmod(readings["steps"], steps_per_epoch)
+            readings["steps"] += 1
+            batch_end(epoch, index, steps_per_epoch)
+
+        scheduler.step = hooked_step
+        return model, optimizer, scheduler
+
     steps: dict[str, int] = {}
-    LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end = counted_start, counted_end  # type: ignore
+    LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end = hooked_start, hooked_end  # type: ignore
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for variant in variants:
                 if variant == "seeds":
-                    readings["calls"] = 0
-                    overhead.clock = seeds_clock
+                    readings["clock"] = readings["steps"] = 0
+                    overhead.clock, overhead.build = seeds_clock, seeds_build
                     try:
                         epochs_run = overhead.run_seeds(work, epochs)
                     finally:
-                        overhead.clock = _common.clock
+                        overhead.clock, overhead.build = _common.clock, build
                 elif variant == "recipe":
                     epochs_run = overhead.run_recipe(work, epochs, Path(tmp) / "recipe", extra=recipe_args)
                 else:
@@ -177,6 +184,27 @@ def loop_windows(switch: Callable[[bool], None], variants: tuple[str, ...] = LOO
     finally:
         LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end = start, end  # type: ignore
     return steps
+
+
+def loop_windows(switch: Callable[[bool], None], variants: tuple[str, ...] = LOOP_VARIANTS, epochs: int = 6,
+                 recipe_args: list[str] | None = None) -> dict[str, int]:
+    """Run each of ``variants`` once on the spiral MLP (``hooked_fits``), calling ``switch(True)`` where
+    ``overhead.py`` starts its clock for an epoch after the first and ``switch(False)`` after that epoch's last
+    training batch (the training batches of epochs 2..); returns each variant's counted training steps. Shared by the
+    counted (callgrind) and the cycle-counted (``cycle_counts.py``) runs."""
+    counting = {"on": False}
+
+    def epoch_start(epoch: int) -> None:
+        if epoch >= 1:
+            switch(True)
+            counting["on"] = True
+
+    def batch_end(epoch: int, index: int, batches: int) -> None:
+        if counting["on"] and index + 1 >= batches:
+            switch(False)
+            counting["on"] = False
+
+    return hooked_fits(variants, epochs, epoch_start, batch_end, recipe_args)
 
 
 def counted_loops(epochs: int, dilation: float) -> dict[str, int]:
@@ -205,17 +233,12 @@ POSITIONS = ("first", "middle", "last")  # batch 0, batches 1..N-2, batch N-1 of
 
 
 def counted_positions(epochs: int, dilation: float) -> dict[str, Any]:
-    """Inside valgrind: ``seeds``, ``barefused`` and ``recipe`` on the spiral MLP, simulated without a break from the
-    end of epoch 1's training batches to the end of the fit (so that the cache model sees what validation,
-    checkpoints and logging leave behind), and dumped at every epoch's start (``gap``: what ran since the previous
-    epoch's last batch) and after its first, last-but-one and last batch (``POSITIONS``), epochs 2.. counted; a
-    calibration of the dumps alone. Returns the batches per epoch of each variant."""
-    import _common
-    import overhead
-    from _common import LoopTimer
-
+    """Inside valgrind: ``seeds``, ``barefused`` and ``recipe`` on the spiral MLP (``hooked_fits``), simulated without
+    a break from the end of epoch 1's training batches to the end of the fit (so that the cache model sees what
+    validation, checkpoints and logging leave behind), and dumped at every epoch's start (``gap``: what ran since the
+    previous epoch's last batch) and after its first, last-but-one and last batch (``POSITIONS``), epochs 2..
+    counted; a calibration of the dumps alone. Returns the batches per epoch of each variant."""
     prepare_counted_process(dilation)
-    work = overhead.workloads(False)["spiral"]
     state: dict[str, Any] = {"variant": "", "epoch": 0}
 
     def mark(label: str) -> None:  # the counts since the previous mark, under this label (callgrind zeroes them)
@@ -233,67 +256,21 @@ def counted_positions(epochs: int, dilation: float) -> dict[str, Any]:
         elif epoch >= 1 and index in (0, batches - 2, batches - 1):
             mark(POSITIONS[0 if index == 0 else 1 if index == batches - 2 else 2])
 
-    start, end = LoopTimer.on_train_epoch_start, LoopTimer.on_train_batch_end
-
-    def counted_start(self: Any, trainer: Any, pl_module: Any) -> None:
-        start(self, trainer, pl_module)
-        epoch_start(trainer.current_epoch)
-
-    def counted_end(self: Any, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        end(self, trainer, pl_module, outputs, batch, batch_idx)
-        batch_end(trainer.current_epoch, batch_idx, trainer.num_training_batches)
-
-    LoopTimer.on_train_epoch_start = counted_start  # type: ignore[method-assign]
-    LoopTimer.on_train_batch_end = counted_end  # type: ignore[method-assign]
-    readings = {"clock": 0, "steps": 0}
-
-    def seeds_clock() -> float:  # run_seeds reads the clock at the start and the end of every epoch
-        epoch, ends = divmod(readings["clock"], 2)
-        readings["clock"] += 1
-        if not ends:
-            epoch_start(epoch)
-        return _common.clock()
-
-    build = overhead.build
-
-    def seeds_build(work: Any, steps_per_epoch: int, *args: Any, **kwargs: Any) -> Any:
-        model, optimizer, scheduler = build(work, steps_per_epoch, *args, **kwargs)
-        step = scheduler.step
-
-        def counted_step(*a: Any, **k: Any) -> None:  # the last call of every batch of run_seeds
-            step(*a, **k)
-            epoch, index = divmod(readings["steps"], steps_per_epoch)
-            readings["steps"] += 1
-            batch_end(epoch, index, steps_per_epoch)
-
-        scheduler.step = counted_step
-        return model, optimizer, scheduler
-
+    state["variant"] = "calibration"
+    control("--instr=on")
+    for epoch in range(2 * (epochs - 1)):
+        state["epoch"] = epoch
+        mark("dump")
+    control("--instr=off")
     batches: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        state["variant"] = "calibration"
-        control("--instr=on")
-        for epoch in range(2 * (epochs - 1)):
-            state["epoch"] = epoch
-            mark("dump")
+    interval = ["--system_metrics_interval", str(SYSTEM_METRICS * dilation)]
+    for variant in ("seeds", "barefused", "recipe"):
+        state["variant"] = variant
+        hooked_fits((variant,), epochs, epoch_start, batch_end, recipe_args=interval)
         control("--instr=off")
-        for variant in ("seeds", "barefused", "recipe"):
-            state["variant"] = variant
-            if variant == "seeds":
-                overhead.clock, overhead.build = seeds_clock, seeds_build
-                try:
-                    overhead.run_seeds(work, epochs)
-                finally:
-                    overhead.clock, overhead.build = _common.clock, build
-            elif variant == "recipe":
-                interval = ["--system_metrics_interval", str(SYSTEM_METRICS * dilation)]
-                overhead.run_recipe(work, epochs, Path(tmp) / "recipe", extra=interval)
-            else:
-                overhead.run_bare(work, epochs, fused=True)
-            control("--instr=off")
-            state["epoch"] = epochs
-            mark("end")
-            batches[variant] = state["batches"]
+        state["epoch"] = epochs
+        mark("end")
+        batches[variant] = state["batches"]
     return {"batches": batches}
 
 
