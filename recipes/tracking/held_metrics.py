@@ -46,16 +46,16 @@ class HeldMetrics:
     def __len__(self) -> int:
         return len(self.entries) + len(self.tags)
 
-    def add(self, values: dict[str, Any], step: int | None, timestamp: int | None = None) -> None:
+    def add(self, values: dict[str, Any], step: int | None, timestamp: int) -> None:
         """Hold one call's values (strings are left out, as MLflow has no string metrics). ``timestamp`` (ms since the
-        epoch, now when not given) is the one the run's journal recorded for them: a value written twice, from here
-        and from a replay of the journal, is then one row of the store (its key includes the time), not two."""
+        epoch) is the one the run's journal recorded for them: a value written twice, from here and from a replay of
+        the journal, is then one row of the store (its key includes the time), not two."""
         numbers = {_clean_name(k): float(v) for k, v in values.items() if not isinstance(v, str)}
         if not numbers:
             return
         if not len(self):
             self.since = time.monotonic()
-        self.entries.append((step or 0, numbers, int(time.time() * 1000) if timestamp is None else timestamp))
+        self.entries.append((step or 0, numbers, timestamp))
 
     def add_tags(self, values: dict[str, str]) -> None:
         """Hold run tags (a tag set again before the write is written once, with its newest value)."""
