@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any, Literal
+from typing import Literal
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import optuna
+from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
@@ -169,25 +170,31 @@ def counts(study: optuna.Study) -> dict[str, int]:
 
 
 def record_progress(study: optuna.Study, client: MlflowClient, parent_run_id: str) -> None:
-    """The parent run's summary after a trial: trial counts, the best value and params, parameter importances."""
+    """The parent run's summary after a trial: trial counts, the best value and params, parameter importances.
+
+    One ``log_batch``: every worker writes the same tags on the one parent run, and two finishing a trial at the
+    same moment may insert the same new tag together. MLflow's ``set_tag`` looks the tag up, then inserts it, and
+    fails the loser (``UNIQUE constraint failed: tags.key, tags.run_uuid``); its batch write tries again and
+    updates the tag the other worker inserted."""
     done = counts(study)
     step = done["complete"] + done["pruned"] + done["failed"]
     metrics = {f"trials_{state}": float(n) for state, n in done.items() if state != "running"}
+    tags: dict[str, str] = {}
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     if complete:
         best = study.best_trial
         metrics["best_value"] = float(best.value)
-        client.set_tag(parent_run_id, "loopwise.sweep.best_trial", str(best.number))
-        for key, value in best.params.items():
-            client.set_tag(parent_run_id, f"best.{key}", str(value))
+        tags["loopwise.sweep.best_trial"] = str(best.number)
+        tags.update({f"best.{key}": str(value) for key, value in best.params.items()})
         if len(complete) >= 2:
             try:
                 for key, value in optuna.importance.get_param_importances(study).items():
                     metrics[f"importance/{key}"] = float(value)
             except (ValueError, RuntimeError):  # too few distinct values to tell
                 pass
-    for key, value in metrics.items():
-        client.log_metric(parent_run_id, key, value, step=step)
+    now = int(time.time() * 1000)
+    client.log_batch(parent_run_id, metrics=[Metric(key, value, now, step) for key, value in metrics.items()],
+                     tags=[RunTag(key, value) for key, value in tags.items()])
 
 
 __all__ = [

@@ -62,6 +62,7 @@ def process_exists(pid: int) -> bool:
 
 def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
     """End KILLED the RUNNING runs of ``experiment`` whose process on this host is gone; their ids."""
+    from mlflow.entities import RunTag  # noqa: PLC0415
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
@@ -90,7 +91,9 @@ def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
             reason = (f"process {pid} on {host} ended without closing the run (kill -9, out of memory, power loss); "
                       "marked KILLED by a later command. `--ckpt_path last` resumes it from its last checkpoint, "
                       "if any.")
-        client.set_tag(run.info.run_id, ABANDONED_TAG, reason)
+        # a batch write: two commands closing the same run at once (workers of a sweep starting together) may insert
+        # the tag together; MLflow's set_tag then fails the loser, its log_batch tries again
+        client.log_batch(run.info.run_id, tags=[RunTag(ABANDONED_TAG, reason)])
         client.set_terminated(run.info.run_id, "KILLED")
         closed.append(run.info.run_id)
     return closed

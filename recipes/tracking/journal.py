@@ -264,7 +264,7 @@ def replay(entries: list[dict[str, Any]], client: Any, run_id: str, origin: str 
 
     ``origin``: the id the journal's run had when the run was recreated under ``run_id`` (tag values naming it name
     ``run_id`` instead)."""
-    from mlflow.entities import Metric  # noqa: PLC0415
+    from mlflow.entities import Metric, RunTag  # noqa: PLC0415
 
     summary = ReplaySummary(run_id)
     run = client.get_run(run_id)
@@ -278,14 +278,19 @@ def replay(entries: list[dict[str, Any]], client: Any, run_id: str, origin: str 
             summary.params += 1
         elif held_params[key] != value:
             summary.params_kept += 1
+    tags = []
     for key, (value, at) in journal.tags.items():
         if held_tags.get(key) == value:
             continue
         if key in held_tags and (at is None or at <= store.changed_at):
             summary.tags_kept += 1
             continue
-        client.set_tag(run_id, key, value)
-        summary.tags += 1
+        tags.append(RunTag(key, value))
+    # one batch: two commands replaying the same journal at once (workers of a sweep starting together) may insert a
+    # tag together; MLflow's set_tag fails the loser, its log_batch tries again
+    if tags:
+        client.log_batch(run_id, tags=tags, synchronous=True)
+    summary.tags += len(tags)
     missing = [Metric(key, value, at, step) for (key, step), (value, at) in journal.metrics.items()
                if step not in store.steps.get(key, ())]
     for start in range(0, len(missing), 1000):
@@ -320,10 +325,12 @@ def replay_status(journal: JournalRecord, store: StoreRecord, run: Any, client: 
                                f"{clock(at)})")
         return
     if inferred:
+        from mlflow.entities import RunTag  # noqa: PLC0415
+
         start = clock(int(attempt.get("time") or 0))  # type: ignore[union-attr]
         reason = ATTEMPT_UNENDED.format(start=start, pid=pid, host=host)
         if tags.get(ABANDONED_TAG) != reason:
-            client.set_tag(run.info.run_id, ABANDONED_TAG, reason)
+            client.log_batch(run.info.run_id, tags=[RunTag(ABANDONED_TAG, reason)], synchronous=True)
             summary.tags += 1
     elif guessed:  # the guess was wrong: the process closed its run, the store just did not hear it
         client.delete_tag(run.info.run_id, ABANDONED_TAG)

@@ -139,7 +139,7 @@ def test_two_workers_share_one_study_and_one_parent_run(workdir):
     workers = [preloaded_popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                for _ in range(2)]
     outputs = [w.communicate(timeout=600)[0] for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], outputs
+    assert [w.returncode for w in workers] == [0, 0], "\n----\n".join(outputs)  # a str: pytest shows it whole
     ran = [{int(line.split("trial ")[1].split(":")[0]) for line in out.splitlines() if ": trial " in line}
            for out in outputs]
     assert ran[0].isdisjoint(ran[1]) and ran[0] | ran[1] == {0, 1, 2, 3}

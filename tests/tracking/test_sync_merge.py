@@ -259,3 +259,24 @@ def test_sync_to_a_store_that_does_not_answer_is_one_line_before_any_write(tmp_p
     assert sync_main(["--checkpoints_dir", str(tmp_path / "checkpoints"), "--tracking_uri", uri]) == 2
     (line,) = capsys.readouterr().out.strip().splitlines()
     assert line.startswith("recipes: error: ") and "does not answer" in line and "s3cret" not in line
+
+
+def test_two_commands_replaying_one_journal_at_the_same_moment_both_succeed(client, tmp_path):
+    """Every loopwise command that reads a store first replays the journals it knows of (workers of a sweep starting
+    together, two ``recipes compare`` at once): the other command's insert of a journal's tag lands between this
+    one's lookup and insert (``tests.insert_race``)."""
+    from tests.insert_race import another_writer_inserts_first
+
+    run_id = new_run(client)
+    lines = [
+        {"kind": "start", "time": 1000, "host": socket.gethostname(), "pid": os.getpid()},
+        {"kind": "tags", "time": 1001, "values": {"loopwise.checkpoint_step": "3", "team": "vision"}},
+        {"kind": "metrics", "step": 0, "time": 1002, "values": {"loss": 1.0}},
+    ]
+    (tmp_path / JOURNAL_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with another_writer_inserts_first(client.tracking_uri, run_id, "loopwise.") as raced:
+        summary = replay(read_journal(tmp_path / JOURNAL_NAME), client, run_id)
+    assert raced == ["loopwise.checkpoint_step"] and summary.tags == 2
+    run = client.get_run(run_id)
+    assert run.data.tags["loopwise.checkpoint_step"] == "3" and run.data.tags["team"] == "vision"
+    assert run.data.metrics == {"loss": 1.0}
