@@ -54,7 +54,7 @@ def test_two_sweep_workers_one_postgresql_study_and_a_server_on_postgresql(postg
 
 def check_sweep(client: MlflowClient, storage: str, workers: list[subprocess.Popen], outputs: list[str]) -> None:
     """One study of 2 complete trials, each a FINISHED run under one FINISHED parent, with the trial's value."""
-    assert [w.returncode for w in workers] == [0, 0], [out[-3000:] for out in outputs]
+    assert [w.returncode for w in workers] == [0, 0], "\n----\n".join(out[-3000:] for out in outputs)  # shown whole
     leaks = [line for out in outputs for line in out.splitlines() if PASSWORD in line]
     assert not leaks  # the storage is shown as postgresql://loopwise:***@...
 
