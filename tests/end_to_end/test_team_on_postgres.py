@@ -39,6 +39,7 @@ from tests.team_runs import (
     SERVER_BACK_MARKER_ENV,
     WORSE_LATER,
     TimedLines,
+    away_until_the_fit_notices,
     best_of,
     record_of,
 )
@@ -47,7 +48,7 @@ EXPERIMENT = "spiral_mlp"
 SMALL = ["-c", str(SPIRAL), "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2",
          "--system_metrics_interval", "0", *WORSE_LATER]
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+\s+step (\d+)\s")
-OUTAGE_S = 3  # the server is away this long, plus its restart
+OUTAGE_S = 3  # the server is away at least this long and until the fit meets the outage, plus its restart
 
 
 def recipes(directory: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -110,7 +111,7 @@ def test_a_teams_day_on_an_mlflow_server_backed_by_postgresql(postgres: Postgres
                 time.sleep(0.1)
             server.stop()
             gone = time.monotonic()
-            time.sleep(OUTAGE_S)
+            away_until_the_fit_notices(fit, err, OUTAGE_S)
             server.start()  # the same port, PostgreSQL store and artifact destination
             back = time.monotonic()
             marker.write_text("back")
