@@ -121,7 +121,7 @@ def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
 
 def hooked_fits(variants: tuple[str, ...], epochs: int, epoch_start: Callable[[int], None],
                 batch_end: Callable[[int, int, int], None], recipe_args: list[str] | None = None) -> dict[str, int]:
-    """Run each of ``variants`` (``LOOP_VARIANTS``' names) once on the spiral MLP with two hooks at the places where
+    """Run each of ``variants`` (``LOOP_VARIANTS``' names, or ``nomlflow``) once on the spiral MLP with two hooks at the places where
     ``overhead.py`` times: ``epoch_start(epoch)`` where it starts an epoch's clock (Lightning: after the
     ``LoopTimer``'s ``on_train_epoch_start``; the seeds' loop: its clock reading at the epoch's start), and
     ``batch_end(epoch, index, batches)`` after each training batch (Lightning: before the ``LoopTimer``'s
@@ -176,8 +176,9 @@ def hooked_fits(variants: tuple[str, ...], epochs: int, epoch_start: Callable[[i
                         epochs_run = overhead.run_seeds(work, epochs)
                     finally:
                         overhead.clock, overhead.build = _common.clock, build
-                elif variant == "recipe":
-                    epochs_run = overhead.run_recipe(work, epochs, Path(tmp) / "recipe", extra=recipe_args)
+                elif variant in ("recipe", "nomlflow"):  # nomlflow: overhead.py's, the recipe without a logger
+                    extra = [*(recipe_args or []), *(["--trainer.logger", "false"] if variant == "nomlflow" else [])]
+                    epochs_run = overhead.run_recipe(work, epochs, Path(tmp) / variant, extra=extra or None)
                 else:
                     epochs_run = overhead.run_bare(work, epochs, fused=variant == "barefused")
                 steps[variant] = sum(n for epoch, _, _, n in epochs_run if epoch >= 1)

@@ -438,6 +438,35 @@ def test_cycle_counts_counts_the_thread_only_inside_its_windows_and_reports_cycl
     assert "recipe / seeds: 1.055" in capsys.readouterr().out
 
 
+def test_cycle_counts_usage_tells_the_threads_work_from_its_waits_on_any_machine(bench, capsys):
+    """``--usage`` (``ThreadUsage``): CPU time counts this thread's work inside the windows only; a wait (a sleep
+    here, a GIL hand-off in a fit) is wall time off the CPU and a voluntary context switch. The report's medians and
+    paired ratios come from synthetic figures."""
+    import time
+
+    cycles = bench("cycle_counts.py")
+    usage = cycles.ThreadUsage()
+    usage.start()
+    sum(range(3_000_000))
+    usage.stop()
+    sum(range(3_000_000))  # not counted: stopped
+    usage.start()
+    time.sleep(0.2)
+    usage.stop()
+    figures = usage.read()
+    assert figures["cpu_us"] > 10_000 and figures["wall_us"] >= figures["cpu_us"] + 190_000
+    assert figures["waits"] >= 1 and figures["user_us"] >= 0 and figures["minor_faults"] >= 0
+    assert usage.read() == dict.fromkeys(figures, 0.0)
+    row = dict.fromkeys(figures, 0.0)
+    rows = {"seeds": [{**row, "cpu_us": 100.0, "wall_us": 100.0}, {**row, "cpu_us": 120.0, "wall_us": 130.0}],
+            "recipe": [{**row, "cpu_us": 110.0, "wall_us": 125.0}, {**row, "cpu_us": 100.0, "wall_us": 130.0}]}
+    report = cycles.report_usage(rows)
+    assert report["per_step"]["recipe"]["wall_us"] == 127.5 and report["per_step"]["recipe"]["off_cpu_us"] == 22.5
+    assert report["ratios"]["recipe / seeds (cpu_us)"] == pytest.approx((100 / 110 + 120 / 100) / 2)
+    assert report["ratios"]["recipe / seeds (wall_us)"] == pytest.approx((100 / 125 + 130 / 130) / 2)
+    assert "recipe / seeds: 1.055 (cpu_us per step" in capsys.readouterr().out
+
+
 def test_cycle_counts_says_in_one_line_when_the_machine_cannot_count_cycles(bench, monkeypatch, capsys):
     """Where perf_event_open refuses (no PMU in the VM, a strict perf_event_paranoid), one line names the problem and
     the fix, and the exit status is 2; nothing runs."""
