@@ -23,8 +23,9 @@ counters.
 ``--usage`` works on any Linux machine: over the same windows it reads what the kernel accounts to the training
 thread (``getrusage(RUSAGE_THREAD)``: user and system CPU time, page faults, voluntary context switches, that is
 waits, and preemptions) with its exact CPU time and the wall time, and prints their medians per step and the paired
-CPU-time and wall-time ratios. It tells a loop's own work (user time) from time in the kernel (page faults, system calls) and from time
-spent waiting (for the GIL while another thread of the process runs, for a lock, for I/O), which ``overhead.py``'s
+CPU-time and wall-time ratios. It tells a loop's own work (user time) from time in the kernel (page faults, system
+calls) and from time spent waiting (for the GIL while another thread of the process runs, for a lock, for I/O),
+which ``overhead.py``'s
 thread clock leaves out.
 """
 
@@ -188,7 +189,8 @@ def report(results: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
 def report_usage(results: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     """``--usage``: print and return the medians per step of ``ThreadUsage``'s figures and of the time off the CPU
-    (``off_cpu_us``: wall minus CPU time), and the CPU-time and wall-time ratios (paired by repetition: the other variant's time per step / this one's, a speed ratio)."""
+    (``off_cpu_us``: wall minus CPU time), and the CPU-time and wall-time ratios (paired by repetition: the other
+    variant's time per step / this one's, a speed ratio)."""
     figures: dict[str, Any] = {"per_step": {}, "ratios": {}}
     names = [*USAGE_FIELDS, "cpu_us", "wall_us", "off_cpu_us"]  # off the CPU: waiting, or runnable, not running
     print(f"{'variant':>9} " + " ".join(f"{name:>12}" for name in names))

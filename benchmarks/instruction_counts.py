@@ -121,12 +121,12 @@ def counted_fits(epochs: int, dilation: float) -> dict[str, int]:
 
 def hooked_fits(variants: tuple[str, ...], epochs: int, epoch_start: Callable[[int], None],
                 batch_end: Callable[[int, int, int], None], recipe_args: list[str] | None = None) -> dict[str, int]:
-    """Run each of ``variants`` (``LOOP_VARIANTS``' names, or ``nomlflow``) once on the spiral MLP with two hooks at the places where
-    ``overhead.py`` times: ``epoch_start(epoch)`` where it starts an epoch's clock (Lightning: after the
-    ``LoopTimer``'s ``on_train_epoch_start``; the seeds' loop: its clock reading at the epoch's start), and
-    ``batch_end(epoch, index, batches)`` after each training batch (Lightning: before the ``LoopTimer``'s
-    ``on_train_batch_end``; the seeds' loop: after its ``scheduler.step``, the batch's last call). ``recipe_args`` go
-    to the recipe's command line. Returns each variant's training steps in epochs 2.."""
+    """Run each of ``variants`` (``LOOP_VARIANTS``' names, or ``nomlflow``: the recipe without a logger) once on the
+    spiral MLP with two hooks at the places where ``overhead.py`` times: ``epoch_start(epoch)`` where it starts an
+    epoch's clock (Lightning: after the ``LoopTimer``'s ``on_train_epoch_start``; the seeds' loop: its clock reading
+    at the epoch's start), and ``batch_end(epoch, index, batches)`` after each training batch (Lightning: before the
+    ``LoopTimer``'s ``on_train_batch_end``; the seeds' loop: after its ``scheduler.step``, the batch's last call).
+    ``recipe_args`` go to the recipe's command line. Returns each variant's training steps in epochs 2.."""
     import _common
     import overhead
     from _common import LoopTimer

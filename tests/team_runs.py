@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -83,13 +84,17 @@ class TimedLines:
     def text(self) -> str:
         return "\n".join(line for _, line in self.lines)
 
-def away_until_the_fit_notices(fit, err: "TimedLines", least_s: float, timeout_s: float = 120.0) -> None:
+
+def away_until_the_fit_notices(fit: subprocess.Popen, err: TimedLines, least_s: float,
+                               timeout_s: float = 120.0) -> None:
     """Keep a stopped server away at least ``least_s`` seconds and until the fit ``fit`` (a process whose stderr
     ``err`` reads) has met the outage: its warning that the server does not answer. The fit writes the store behind
     its journal, through MLflow's queue, which sends every few seconds: a short outage can fall between two sends
     and the fit never meets it (a 3 s outage on a fast CI machine did, and the test found no warning)."""
-    started = time.monotonic()
-    while not (any("does not answer" in line for _, line in err.lines) and time.monotonic() - started >= least_s):
+    started = time.monotonic()  # only lines read from now on: the server was stopped right before
+    while not (any("does not answer" in line for at, line in err.lines if at >= started)
+               and time.monotonic() - started >= least_s):
         assert fit.poll() is None, f"the fit ended during the outage: {err.text()[-3000:]}"
-        assert time.monotonic() - started < timeout_s, f"no write met the outage in {timeout_s:.0f} s"
+        assert time.monotonic() - started < timeout_s, (f"no write met the outage in {timeout_s:.0f} s: "
+                                                        f"{err.text()[-3000:]}")
         time.sleep(0.1)

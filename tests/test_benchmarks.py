@@ -465,6 +465,9 @@ def test_cycle_counts_usage_tells_the_threads_work_from_its_waits_on_any_machine
     assert report["ratios"]["recipe / seeds (cpu_us)"] == pytest.approx((100 / 110 + 120 / 100) / 2)
     assert report["ratios"]["recipe / seeds (wall_us)"] == pytest.approx((100 / 125 + 130 / 130) / 2)
     assert "recipe / seeds: 1.055 (cpu_us per step" in capsys.readouterr().out
+    # a real fit over the shared windows: the recipe without a logger (``nomlflow``), 2 epochs, 1 repetition
+    [only] = cycles.measure(1, 2, ("nomlflow",), cycles.ThreadUsage())["nomlflow"]
+    assert only["cpu_us"] > 0 and only["wall_us"] >= 0.5 * only["cpu_us"] and only["waits"] >= 0
 
 
 def test_cycle_counts_says_in_one_line_when_the_machine_cannot_count_cycles(bench, monkeypatch, capsys):

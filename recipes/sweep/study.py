@@ -172,7 +172,8 @@ def counts(study: optuna.Study) -> dict[str, int]:
 def record_progress(study: optuna.Study, client: MlflowClient, parent_run_id: str) -> None:
     """The parent run's summary after a trial: trial counts, the best value and params, parameter importances.
 
-    One ``log_batch``: every worker writes the same tags on the one parent run, and two finishing a trial at the
+    MLflow's batch write (one ``log_batch``; MLflow splits it past 100 tags): every worker writes the same tags on
+    the one parent run, and two finishing a trial at the
     same moment may insert the same new tag together. MLflow's ``set_tag`` looks the tag up, then inserts it, and
     fails the loser (``UNIQUE constraint failed: tags.key, tags.run_uuid``); its batch write tries again and
     updates the tag the other worker inserted."""
@@ -194,7 +195,7 @@ def record_progress(study: optuna.Study, client: MlflowClient, parent_run_id: st
                 pass
     now = int(time.time() * 1000)
     client.log_batch(parent_run_id, metrics=[Metric(key, value, now, step) for key, value in metrics.items()],
-                     tags=[RunTag(key, value) for key, value in tags.items()])
+                     tags=[RunTag(key, value) for key, value in tags.items()], synchronous=True)
 
 
 __all__ = [

@@ -93,7 +93,7 @@ def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
                       "if any.")
         # a batch write: two commands closing the same run at once (workers of a sweep starting together) may insert
         # the tag together; MLflow's set_tag then fails the loser, its log_batch tries again
-        client.log_batch(run.info.run_id, tags=[RunTag(ABANDONED_TAG, reason)])
+        client.log_batch(run.info.run_id, tags=[RunTag(ABANDONED_TAG, reason)], synchronous=True)
         client.set_terminated(run.info.run_id, "KILLED")
         closed.append(run.info.run_id)
     return closed

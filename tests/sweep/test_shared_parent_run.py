@@ -29,9 +29,13 @@ def test_two_workers_writing_the_parent_summary_at_the_same_moment_both_succeed(
     one worker ended with exit code 1."""
     uri, client, experiment_id = store
     parent = client.create_run(experiment_id).info.run_id
+    verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize")
-    study.optimize(lambda t: t.suggest_float("lr", 0.0, 1.0) + t.suggest_int("layers", 1, 4), n_trials=3)
+    try:
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
+        study.optimize(lambda t: t.suggest_float("lr", 0.0, 1.0) + t.suggest_int("layers", 1, 4), n_trials=3)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
     with another_writer_inserts_first(uri, parent, "best.") as raced:
         record_progress(study, client, parent)
     assert raced == ["best.layers"]
