@@ -23,10 +23,9 @@ counters.
 ``--usage`` works on any Linux machine: over the same windows it reads what the kernel accounts to the training
 thread (``getrusage(RUSAGE_THREAD)``: user and system CPU time, page faults, voluntary context switches, that is
 waits, and preemptions) with its exact CPU time and the wall time, and prints their medians per step and the paired
-CPU-time and wall-time ratios. It tells a loop's own work (user time) from time in the kernel (page faults, system
-calls) and from time spent waiting (for the GIL while another thread of the process runs, for a lock, for I/O),
-which ``overhead.py``'s
-thread clock leaves out.
+CPU-time and wall-time ratios. It tells a loop's own work (user CPU time) from time in the kernel (page faults,
+system calls) and from time spent waiting (for the GIL while another thread of the process runs, for a lock, for
+I/O), which ``overhead.py``'s thread clock leaves out.
 """
 
 from __future__ import annotations
@@ -112,8 +111,8 @@ class ThreadUsage:
     """What the kernel accounts to the calling thread (``USAGE_FIELDS``, from ``getrusage(RUSAGE_THREAD)``; its
     user / system split is sampled at the scheduler's ticks and can lag by one), the thread's CPU time as
     ``overhead.py``'s thread clock reads it (``cpu_us``: exact) and the wall time (``wall_us``), summed over every
-    window between ``start`` and ``stop`` until ``read``; the same
-    interface as ``ThreadCounters``, on any Linux machine."""
+    window between ``start`` and ``stop`` until ``read``; the same interface as ``ThreadCounters``, on any Linux
+    machine."""
 
     def __init__(self) -> None:
         self.totals = dict.fromkeys([*USAGE_FIELDS, "cpu_us", "wall_us"], 0.0)

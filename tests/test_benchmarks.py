@@ -467,7 +467,7 @@ def test_cycle_counts_usage_tells_the_threads_work_from_its_waits_on_any_machine
     assert "recipe / seeds: 1.055 (cpu_us per step" in capsys.readouterr().out
     # a real fit over the shared windows: the recipe without a logger (``nomlflow``), 2 epochs, 1 repetition
     [only] = cycles.measure(1, 2, ("nomlflow",), cycles.ThreadUsage())["nomlflow"]
-    assert only["cpu_us"] > 0 and only["wall_us"] >= 0.5 * only["cpu_us"] and only["waits"] >= 0
+    assert only["cpu_us"] > 0 and only["wall_us"] >= 0.5 * only["cpu_us"]
 
 
 def test_cycle_counts_says_in_one_line_when_the_machine_cannot_count_cycles(bench, monkeypatch, capsys):

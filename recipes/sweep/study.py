@@ -173,10 +173,9 @@ def record_progress(study: optuna.Study, client: MlflowClient, parent_run_id: st
     """The parent run's summary after a trial: trial counts, the best value and params, parameter importances.
 
     MLflow's batch write (one ``log_batch``; MLflow splits it past 100 tags): every worker writes the same tags on
-    the one parent run, and two finishing a trial at the
-    same moment may insert the same new tag together. MLflow's ``set_tag`` looks the tag up, then inserts it, and
-    fails the loser (``UNIQUE constraint failed: tags.key, tags.run_uuid``); its batch write tries again and
-    updates the tag the other worker inserted."""
+    the one parent run, and two finishing a trial at the same moment may insert the same new tag together. MLflow's
+    ``set_tag`` looks the tag up, then inserts it, and fails the loser (``UNIQUE constraint failed: tags.key,
+    tags.run_uuid``); its batch write tries again and updates the tag the other worker inserted."""
     done = counts(study)
     step = done["complete"] + done["pruned"] + done["failed"]
     metrics = {f"trials_{state}": float(n) for state, n in done.items() if state != "running"}
