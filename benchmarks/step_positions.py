@@ -66,8 +66,10 @@ def position_timer() -> Any:
     return PositionTimer()
 
 
-def fit(loop: str, epochs: int, workdir: Path, model: str, recipe_args: list[str] | None = None) -> None:
-    """One fit of ``loop`` ("bare" or "recipe") with the position timer first among its callbacks."""
+def fit(loop: str, epochs: int, workdir: Path, model: str, recipe_args: list[str] | None = None,
+        base: str = "bare") -> None:
+    """One fit of ``loop`` ("bare" or "recipe") with the position timer first among its callbacks; the bare loop is
+    ``run_like_for_like``'s ``base`` ("bare" or "barecomplete")."""
 
     def with_timer(original_fit: Any) -> Any:
         def fit_with_timer(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -78,7 +80,7 @@ def fit(loop: str, epochs: int, workdir: Path, model: str, recipe_args: list[str
 
     CURRENT["loop"] = loop
     with fits_wrapped(with_timer):
-        run_like_for_like(loop, model, epochs, workdir, recipe_args)
+        run_like_for_like(base if loop == "bare" else loop, model, epochs, workdir, recipe_args)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,18 +88,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=8, help="epochs per fit (the first is not timed)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of one bare and one recipe fit")
     parser.add_argument("--model", choices=["spiral", "mlp784"], default="spiral", help="overhead.py's workload")
+    parser.add_argument("--base", choices=["bare", "barecomplete"], default="bare",
+                        help="the bare loop: bare Lightning with the recipe's optimizer kernel (overhead.py's "
+                             "barefused), or the same with validation and the best checkpoint after every epoch "
+                             "(overhead.py's barecomplete: what the recipe does between epochs, Lightning's way)")
     parser.add_argument("--recipe-args", nargs=argparse.REMAINDER, default=[],
                         help="more `recipes fit` arguments (last), e.g. --recipe-args --trainer.limit_val_batches 0")
     args = parser.parse_args(argv)
     set_threads(1)
     print(f"step_positions: {machine()}, {args.model}, {args.rounds} rounds of {args.epochs} epochs per fit, "
           "microseconds from the previous batch's end (medians over the timed epochs)"
-          + (f"; recipe with {' '.join(args.recipe_args)}" if args.recipe_args else ""))
+          + (f"; recipe with {' '.join(args.recipe_args)}" if args.recipe_args else "")
+          + ("; bare = barecomplete (validation and the best checkpoint every epoch)" if args.base == "barecomplete"
+             else ""))
     with tempfile.TemporaryDirectory() as tmp, quiet():
         fit("recipe", 2, Path(tmp) / "warmup", args.model)  # imports, MLflow's schema
         TIMES.clear()
         for round_ in range(args.rounds):
-            fit("bare", args.epochs, Path(tmp) / f"bare-{round_}", args.model)
+            fit("bare", args.epochs, Path(tmp) / f"bare-{round_}", args.model, base=args.base)
             fit("recipe", args.epochs, Path(tmp) / f"recipe-{round_}", args.model, args.recipe_args)
     positions = sorted({i for loop, i in TIMES if loop == "bare"} & {i for loop, i in TIMES if loop == "recipe"})
     med = {key: (statistics.median(t for t, _ in v), statistics.median(w for _, w in v)) for key, v in TIMES.items()}

@@ -37,17 +37,16 @@ def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
     overhead = bench("overhead.py")
     out_json = tmp_path / "overhead.json"
     overhead.main(["--quick", "--models", "spiral", "--epochs", "2", "--variants", "limit", "seeds", "seedstrain",
-                   "bare", "barefused", "recipe", "--json", str(out_json)])
+                   "bare", "barefused", "barecomplete", "recipe", "--json", str(out_json)])
     out = capsys.readouterr().out
     assert "spiral: recipe / limit = " in out and "spiral: recipe / seeds = " in out
     assert "spiral: recipe / bare = " in out  # the headline: what loopwise adds on top of Lightning
     data = json.loads(out_json.read_text())
     assert {r["ratio"] for r in data["rows"]} == {
-        "recipe / bare", "recipe / barefused", "recipe / limit", "recipe / seeds", "recipe / seedstrain", "ms per step",
-        "recipe / bare (fast epochs)", "recipe / barefused (fast epochs)", "recipe / limit (fast epochs)",
-        "recipe / seeds (fast epochs)", "recipe / seedstrain (fast epochs)",
-        *(f"recipe / {base} (paired)" for base in ("bare", "barefused", "limit", "seeds", "seedstrain")),
-        "bare / seeds (paired)", "barefused / seeds (paired)",  # Lightning's own loop against the seeds' loop
+        *(f"recipe / {base}{kind}" for base in ("bare", "barefused", "barecomplete", "limit", "seeds", "seedstrain")
+          for kind in ("", " (paired)", " (fast epochs)")), "ms per step",
+        # Lightning's own loop against the seeds' loop; barecomplete validates and keeps the best weights as they do
+        "bare / seeds (paired)", "barefused / seeds (paired)", "barecomplete / seeds (paired)",
     }
     assert "spiral: barefused Lightning alone / seeds paired = " in out
     assert "spiral: recipe / bare over the fast epochs (90th percentile of per-epoch samples/s, 1 epochs each) = " in out
@@ -55,7 +54,7 @@ def test_overhead_tiny_prints_samples_and_ratios(bench, capsys, tmp_path):
     assert breakdown["detail"].startswith("barefused ") and "task, callbacks and logging steps" in breakdown["detail"]
     assert "spiral: per step barefused " in out
     rates = data["samples_per_s"]["spiral"]
-    assert set(rates) == {"limit", "seeds", "seedstrain", "bare", "barefused", "recipe"}
+    assert set(rates) == {"limit", "seeds", "seedstrain", "bare", "barefused", "barecomplete", "recipe"}
     assert all(r > 0 for r in rates.values())
 
 
@@ -78,6 +77,39 @@ def test_the_seeds_loop_validates_and_saves_the_best_weights_after_each_epoch(be
     saved.clear()
     overhead.run_seeds(work, 2, validate=False)
     assert saved == []
+
+
+def test_barecomplete_is_lightning_doing_the_seeds_work_between_epochs(bench):
+    """``barecomplete``: bare Lightning (the recipe's optimizer kernel) that, like the seeds' complete loop, validates
+    after every epoch and keeps the best weights by the validation loss (Lightning's own ModelCheckpoint); only the
+    training batches are timed, as in every variant."""
+    from lightning.pytorch.callbacks import Callback
+
+    overhead = bench("overhead.py")
+    trainers, validated = [], []
+
+    class Validations(Callback):
+        def on_validation_epoch_end(self, trainer, pl_module):
+            validated.append((trainer.current_epoch, int(trainer.num_val_batches[0])))
+
+    def keep(original_fit):
+        def fit(self, *args, **kwargs):
+            trainers.append(self)
+            self.callbacks.append(Validations())
+            return original_fit(self, *args, **kwargs)
+
+        return fit
+
+    with overhead.fits_wrapped(keep):
+        epochs = overhead.run_like_for_like("barecomplete", "spiral", 3, Path("unused"))
+    assert [e[0] for e in epochs] == [0, 1, 2] and all(e[2:] == (1400, 22) for e in epochs)
+    assert validated == [(0, 7), (1, 7), (2, 7)]  # the 400 validation samples after every epoch, no sanity check
+    [trainer] = trainers
+    best = trainer.checkpoint_callback
+    assert best.monitor == "val/loss" and best.save_top_k == 1 and best.save_weights_only
+    assert best.best_model_path.endswith(".ckpt") and float(best.best_model_score) <= float(
+        trainer.callback_metrics["val/loss"])
+    assert trainer.optimizers[0].defaults["fused"]  # the recipe's optimizer kernel, as barefused
 
 
 def test_step_costs_tiny_times_lightnings_actions_and_the_recipes_calls(bench, capsys):
@@ -140,9 +172,11 @@ def test_call_counts_logger_cost_counts_whole_epochs_with_and_without_mlflow(ben
     assert float(python.split()[1]) > float(python.split()[0]) > 10_000  # training, validation, saves of an epoch
 
 
-def test_step_positions_times_every_batch_position_of_both_loops(bench, capsys):
-    bench("step_positions.py").main(["--epochs", "2", "--rounds", "1"])
+@pytest.mark.parametrize("base", ["bare", "barecomplete"])
+def test_step_positions_times_every_batch_position_of_both_loops(bench, capsys, base):
+    bench("step_positions.py").main(["--epochs", "2", "--rounds", "1", "--base", base])
     out = capsys.readouterr().out
+    assert ("bare = barecomplete (validation and the best checkpoint every epoch)" in out) == (base == "barecomplete")
     rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
     assert [int(r[0]) for r in rows] == list(range(22))  # the spiral's 22 batches of the second epoch
     assert all(float(x) > 0 for r in rows for x in r[1:5])  # CPU and wall time of both loops at each position
