@@ -7,7 +7,9 @@ on the device, and hands them to the metrics concatenated, in one update, when s
 (a logging step, the end of an epoch or of the run) or when the kept tensors grow past ``max_elements``.
 
 Every loopwise metric is a sum over samples (stat scores, squared and absolute errors, R² sums, log-probabilities
-and counts), so one update with the concatenated rows gives exactly the state of one update per step.
+and counts), so one update with the concatenated rows gives exactly the state of one update per step. The updates
+run inside ``native_bincount``: torchmetrics then counts classes with ``torch.bincount`` under ``deterministic: true``
+too, not with a comparison of every sample with every bin.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+
+from lightning_modules.native_bincount import native_bincount
 
 
 class DeferredMetricUpdates:
@@ -69,7 +73,8 @@ class DeferredMetricUpdates:
                 run_outputs, run_targets = outputs[start], targets[start]
             else:
                 run_outputs, run_targets = torch.cat(outputs[start:end]), torch.cat(targets[start:end])
-            self.update(run_outputs, run_targets)
+            with native_bincount():  # torchmetrics' counting under deterministic: true grows with samples x bins
+                self.update(run_outputs, run_targets)
             start = end
 
     def clear(self) -> None:
