@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 HOST_TAG = "loopwise.host"
 PID_TAG = "loopwise.pid"
@@ -60,9 +61,17 @@ def process_exists(pid: int) -> bool:
     return True
 
 
+def mark_abandoned(client: Any, run_id: str, reason: str) -> None:
+    """Tag ``run_id`` with ``ABANDONED_TAG``: ``reason``. A batch write: several commands may mark the same run at
+    once (workers of a sweep starting together, two commands replaying one journal) and insert the tag together;
+    MLflow's ``set_tag`` then fails the loser, its ``log_batch`` tries again and updates the row."""
+    from mlflow.entities import RunTag  # noqa: PLC0415
+
+    client.log_batch(run_id, tags=[RunTag(ABANDONED_TAG, reason)], synchronous=True)
+
+
 def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
     """End KILLED the RUNNING runs of ``experiment`` whose process on this host is gone; their ids."""
-    from mlflow.entities import RunTag  # noqa: PLC0415
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
@@ -91,9 +100,7 @@ def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
             reason = (f"process {pid} on {host} ended without closing the run (kill -9, out of memory, power loss); "
                       "marked KILLED by a later command. `--ckpt_path last` resumes it from its last checkpoint, "
                       "if any.")
-        # a batch write: two commands closing the same run at once (workers of a sweep starting together) may insert
-        # the tag together; MLflow's set_tag then fails the loser, its log_batch tries again
-        client.log_batch(run.info.run_id, tags=[RunTag(ABANDONED_TAG, reason)], synchronous=True)
+        mark_abandoned(client, run.info.run_id, reason)
         client.set_terminated(run.info.run_id, "KILLED")
         closed.append(run.info.run_id)
     return closed
@@ -103,6 +110,7 @@ __all__ = [
     "ABANDONED_TAG",
     "WORKER_TAG_PREFIX",
     "close_abandoned_runs",
+    "mark_abandoned",
     "process_exists",
     "process_tags",
     "worker_tag",

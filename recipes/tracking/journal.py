@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipes.tracking.abandoned_runs import ABANDONED_TAG, HOST_TAG, PID_TAG, process_exists
+from recipes.tracking.abandoned_runs import ABANDONED_TAG, HOST_TAG, PID_TAG, mark_abandoned, process_exists
 from recipes.tracking.held_metrics import INVALID_NAME
 
 JOURNAL_NAME = "tracking-journal.jsonl"
@@ -325,12 +325,10 @@ def replay_status(journal: JournalRecord, store: StoreRecord, run: Any, client: 
                                f"{clock(at)})")
         return
     if inferred:
-        from mlflow.entities import RunTag  # noqa: PLC0415
-
         start = clock(int(attempt.get("time") or 0))  # type: ignore[union-attr]
         reason = ATTEMPT_UNENDED.format(start=start, pid=pid, host=host)
         if tags.get(ABANDONED_TAG) != reason:
-            client.log_batch(run.info.run_id, tags=[RunTag(ABANDONED_TAG, reason)], synchronous=True)
+            mark_abandoned(client, run.info.run_id, reason)
             summary.tags += 1
     elif guessed:  # the guess was wrong: the process closed its run, the store just did not hear it
         client.delete_tag(run.info.run_id, ABANDONED_TAG)
