@@ -13,8 +13,11 @@ Its outcome in Optuna and MLflow:
   ``interrupted``), the sweep stops (exit 130 / 143, as a fit), and the same command later continues the study.
 
 The worker tags the parent run as one of its workers (``recipes.sweep.workers``) and, when it stops, ends the parent
-(FINISHED, KILLED when interrupted, FAILED on an error) unless another worker is still at it; a dead worker's
-RUNNING trial is failed when this one starts and ends.
+(FINISHED, KILLED when interrupted, FAILED on an error) unless another worker is still at it. What a worker killed
+beside it left (``settle_dead_workers``) is settled when this one starts, before each trial it starts and when it
+ends: the dead worker's RUNNING trial is failed in Optuna (it does not use the ``--n_trials`` budget), its run gets
+the values its journal holds and ends KILLED (``replay_pending``: no ``recipes sync`` needed), and the parent's
+counts (``trials_*``) are written again from the study when this worker ends, so they are Optuna's.
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ from recipes.sweep.study import (
     wait_for_parent_run,
 )
 from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
+from recipes.tracking.pending_replay import replay_pending
 from recipes.sweep.processes import announce_trial
-from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_worker
+from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker
 from recipes.sweep.trial import ActiveTrial
 from recipes.sweep.trial_cli import run_trial
 from recipes.tracking.config import experiment_name, tracking_uri
@@ -124,27 +128,25 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
     mark_worker(client, parent, "running")
     say(f"study {name!r} in {shown_storage(storage)}: {direction} {metric}; MLflow parent run {parent} "
         f"(experiment {experiment!r})")
+    checkpoints_dir = str(cfg.get("checkpoints_dir") or "checkpoints")
     try:
         with trial_start_lock(storage):
             dead = fail_abandoned_trials(study)
-        if dead:
-            say(f"trial(s) {', '.join(map(str, dead))} were left RUNNING by a worker that no longer exists: failed "
-                "(they do not count toward --n_trials)")
-        close_abandoned_runs(uri, experiment)  # their fit runs: KILLED
-        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric)
+        settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True)
+        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, checkpoints_dir)
     except KeyboardInterrupt as stop:  # Ctrl+C between trials
-        close_parent(client, study, storage, parent, "KILLED")
+        close_parent(client, study, storage, parent, "KILLED", experiment, checkpoints_dir)
         raise SIGTERMException() from stop
     except SIGTERMException:
-        close_parent(client, study, storage, parent, "KILLED")
+        close_parent(client, study, storage, parent, "KILLED", experiment, checkpoints_dir)
         raise
     except BaseException:
-        close_parent(client, study, storage, parent, "FAILED")
+        close_parent(client, study, storage, parent, "FAILED", experiment, checkpoints_dir)
         raise
     announce_trial(None)
     folder = sqlite_path(storage).parent if sqlite_path(storage) else Path.cwd()
     best = write_best_config(client, study, experiment, folder, parent)
-    close_parent(client, study, storage, parent, "FINISHED")
+    close_parent(client, study, storage, parent, "FINISHED", experiment, checkpoints_dir)
     done = counts(study)
     summary = ", ".join(f"{n} {state}" for state, n in done.items() if n)
     if best is not None:
@@ -155,20 +157,41 @@ def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile
     return 1 if done["complete"] == 0 else 0
 
 
-def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent: str, status: str) -> None:
-    """This worker has ended: the parent run ends ``status`` unless another worker is still at work (a live one of
-    this host, any of another host) or a trial still runs (a dead worker's trial is failed first)."""
+def settle_dead_workers(client: MlflowClient, parent: str, experiment: str, checkpoints_dir: str, dead: list[int],
+                        always: bool = False) -> None:
+    """What workers killed beside this one left, once their trials ``dead`` are failed in Optuna: said in one line;
+    their trials' runs get what their journals hold and end KILLED (``replay_pending``; a run without a journal is
+    ended KILLED by ``close_abandoned_runs``); their worker tags on the parent say ``died``. Nothing when ``dead`` is
+    empty unless ``always`` (this worker's start and end: a dead run may be left from before)."""
+    if dead:
+        say(f"trial(s) {', '.join(map(str, dead))} were left RUNNING by a worker that no longer exists: failed "
+            "(they do not count toward --n_trials)")
+    if not (dead or always):
+        return
+    replay_pending(client.tracking_uri, checkpoints_dir)  # their fit runs: their last values, then KILLED
+    close_abandoned_runs(client.tracking_uri, experiment)  # the runs without a journal: KILLED
+    mark_dead_workers(client, parent)
+
+
+def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent: str, status: str,
+                 experiment: str, checkpoints_dir: str) -> None:
+    """This worker has ended: what dead workers left is settled (``settle_dead_workers``), the parent's counts are
+    written from the study, and the parent run ends ``status`` unless another worker is still at work (a live one of
+    this host, any of another host) or a trial still runs."""
     mark_worker(client, parent, "ended")
     with trial_start_lock(storage):
-        fail_abandoned_trials(study)
+        dead = fail_abandoned_trials(study)
+    settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True)
+    record_progress(study, client, parent)  # the counts as Optuna holds them now (a trial failed since is counted)
     others = workers_alive(client.get_run(parent).data.tags, socket.gethostname())
     if counts(study)["running"] == 0 and not others:
         client.set_terminated(parent, status=status)
 
 
 def run_trials(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile, study: optuna.Study,
-               client: MlflowClient, parent: str, experiment: str, metric: str) -> None:
-    """Ask, run and tell trials until the study has ``options.n_trials`` (or ``options.timeout`` passes)."""
+               client: MlflowClient, parent: str, experiment: str, metric: str, checkpoints_dir: str = "checkpoints") -> None:
+    """Ask, run and tell trials until the study has ``options.n_trials`` (or ``options.timeout`` passes); a trial
+    of a worker that died meanwhile is failed before the count (``settle_dead_workers``)."""
     name, direction = study.study_name, study.direction.name.lower()
     started = time.monotonic()
     storage = options.storage or default_storage()
@@ -177,11 +200,15 @@ def run_trials(options: argparse.Namespace, fit_args: list[str], sweep: SweepFil
             say(f"--timeout {options.timeout:g} s reached")
             return
         with trial_start_lock(storage):
+            dead = fail_abandoned_trials(study)  # a RUNNING trial of a dead worker would use the budget
             done = counts(study)
-            if sum(n for state, n in done.items() if state != "interrupted") >= options.n_trials:
-                return
-            trial = study.ask()
-            claim_trial(trial)
+            full = sum(n for state, n in done.items() if state != "interrupted") >= options.n_trials
+            if not full:
+                trial = study.ask()
+                claim_trial(trial)
+        settle_dead_workers(client, parent, experiment, checkpoints_dir, dead)
+        if full:
+            return
         params = {d.key: d.suggest(trial) for d in sweep.dimensions}
         active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params)
         announce_trial(active)
@@ -225,4 +252,5 @@ def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial,
         say(f"trial {trial.number}: failed: {reason}")
 
 
-__all__ = ["close_parent", "record_trial", "run_sweep", "run_trials", "trial_run_id", "write_best_config"]
+__all__ = ["close_parent", "record_trial", "run_sweep", "run_trials", "settle_dead_workers", "trial_run_id",
+           "write_best_config"]

@@ -10,7 +10,10 @@ without ending (``kill -9``, the OOM killer) leaves the parent RUNNING and its t
 * its trial is failed by the next worker of the study on this host (``fail_abandoned_trials``), as an interrupted
   trial: it does not use the ``--n_trials`` budget (its number is kept in the study's user attribute
   ``loopwise.abandoned_trials``); the trial's own MLflow run carries ``loopwise.pid`` and is ended KILLED like any
-  recipe run.
+  recipe run. A worker that is still running checks before every trial it starts and when it ends, so a worker
+  killed beside it costs no trial of the budget;
+* its ``loopwise.worker/<host>/<pid>`` tag on the parent says ``died`` once a worker of this host has seen that its
+  process is gone (``mark_dead_workers``).
 """
 
 from __future__ import annotations
@@ -22,14 +25,29 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from recipes.tracking.abandoned_runs import HOST_TAG, PID_TAG, process_exists, worker_tag
+from recipes.tracking.abandoned_runs import HOST_TAG, PID_TAG, WORKER_TAG_PREFIX, process_exists, worker_tag
 
 ABANDONED_ATTR = "loopwise.abandoned_trials"
+DIED = "died"  # the worker tag of a process that ended without saying so (kill -9, out of memory)
 
 
 def mark_worker(client: MlflowClient, parent_run_id: str, state: str) -> None:
     """Tag the parent run with this process as a worker: ``running`` or ``ended``."""
     client.set_tag(parent_run_id, worker_tag(), state)
+
+
+def mark_dead_workers(client: MlflowClient, parent_run_id: str) -> list[str]:
+    """Tag ``died`` the workers of this host that the parent run still names ``running`` and whose process is gone;
+    their tags."""
+    host = socket.gethostname()
+    dead = []
+    for key, state in client.get_run(parent_run_id).data.tags.items():
+        worker_host, _, pid = key[len(WORKER_TAG_PREFIX):].rpartition("/")
+        if (key.startswith(WORKER_TAG_PREFIX) and state == "running" and worker_host == host and pid.isdigit()
+                and int(pid) != os.getpid() and not process_exists(int(pid))):
+            client.set_tag(parent_run_id, key, DIED)
+            dead.append(key)
+    return dead
 
 
 def claim_trial(trial: optuna.Trial) -> None:
@@ -60,4 +78,5 @@ def fail_abandoned_trials(study: optuna.Study) -> list[int]:
     return found
 
 
-__all__ = ["ABANDONED_ATTR", "abandoned_trials", "claim_trial", "fail_abandoned_trials", "mark_worker"]
+__all__ = ["ABANDONED_ATTR", "DIED", "abandoned_trials", "claim_trial", "fail_abandoned_trials", "mark_dead_workers",
+           "mark_worker"]

@@ -113,3 +113,54 @@ def test_a_parent_run_is_closed_only_when_none_of_its_workers_may_still_work(wor
             process.kill()
     assert found == ([parent] if closed else [])
     assert client.get_run(parent).info.status == ("KILLED" if closed else "RUNNING")
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_trial_leaves_the_record_optunas_and_its_trial_killed_with_its_metrics(workdir, monkeypatch,
+                                                                                                     capsys):
+    """Issue 53: one of two workers is killed (kill -9) in the middle of its trial while the other works on. When
+    the other ends, without a `recipes sync`: the parent's counts are Optuna's, the dead trial is FAIL in Optuna and
+    does not use the budget, and its run is KILLED with every metric its journal holds."""
+    import recipes.sweep.runner as runner
+    from recipes.tracking.journal import JOURNAL_NAME, read_journal
+    from tests.conftest import mlflow_client
+
+    dead = start_sweep(workdir, "--n_trials", "3")
+    wait_for_training(workdir, dead)
+    [journal] = (workdir / "checkpoints" / "spiral_mlp").glob(f"*/{JOURNAL_NAME}")
+    deadline = time.monotonic() + 120
+    while not any(e["kind"] == "metrics" and any(k.startswith("val/") for k in e["values"])
+                  for e in read_journal(journal)):  # a validation logged: values MLflow may still hold in memory
+        assert dead.poll() is None and time.monotonic() < deadline, "the trial logged no validation"
+        time.sleep(0.2)
+    real = runner.run_trial
+
+    def kill_the_other_then_run(fit_args, active):
+        if dead.poll() is None:  # this worker has started, seen the other alive, and asked for its first trial
+            dead.kill()
+            dead.wait(timeout=60)
+        return real(fit_args, active)
+
+    monkeypatch.setattr(runner, "run_trial", kill_the_other_then_run)
+    assert sweep("--n_trials", "3", "--trainer.max_epochs", "1") == 0
+    study = study_of(workdir)
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.FAIL] + [TrialState.COMPLETE] * 3  # the dead trial does not use the budget
+    runs = runs_of(workdir, "spiral_mlp")
+    [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
+    counts = {key: parent.data.metrics[f"trials_{key}"] for key in ("complete", "pruned", "failed", "interrupted")}
+    assert counts == {"complete": 3, "pruned": 0, "failed": 0, "interrupted": 1}
+    assert counts["failed"] + counts["interrupted"] == states.count(TrialState.FAIL)
+    assert parent.info.status == "FINISHED"
+    import socket
+
+    assert parent.data.tags[f"loopwise.worker/{socket.gethostname()}/{dead.pid}"] == "died"
+    assert "trial(s) 0 were left RUNNING by a worker that no longer exists" in capsys.readouterr().out
+    trials = {int(r.data.tags["loopwise.sweep.trial"]): r for r in runs if r.data.tags.get("loopwise.stage") == "fit"}
+    killed = trials[0]
+    assert killed.info.status == "KILLED" and "loopwise.abandoned" in killed.data.tags
+    assert [trials[n].info.status for n in (1, 2, 3)] == ["FINISHED"] * 3
+    client = mlflow_client(workdir)
+    journaled = {(key, e["step"]) for e in read_journal(journal) if e["kind"] == "metrics" for key in e["values"]}
+    stored = {(key, m.step) for key in killed.data.metrics for m in client.get_metric_history(killed.info.run_id, key)}
+    assert journaled and journaled <= stored  # every value the dead worker logged, no sync needed
