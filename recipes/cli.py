@@ -18,6 +18,7 @@ from recipes.checkpoints.run_lock import release_run_locks
 from recipes.run.errors import RecipeInputError
 from recipes.run.process_settings import process_settings_kept
 from recipes.run.recipes_cli import RecipesCLI
+from recipes.tracking.hidden_passwords import passwords_hidden_in_output
 
 COMMANDS = """recipes commands:
   fit        train a recipe:                   recipes fit -c configs/spiral_mlp.yaml
@@ -38,8 +39,12 @@ def main(args: list[str] | None = None) -> None:
     Config, data and checkpoint problems found before the loop starts end with one ``recipes: error:`` line and
     exit code 2; errors during training keep their traceback. SIGTERM / SIGINT during ``fit`` save ``last.ckpt``,
     mark the MLflow run KILLED and exit 143 / 130. ``recipes compare ...`` compares runs (``recipes.compare.command``).
+    No password of a tracking or storage URL reaches the output, whoever prints it
+    (``recipes.tracking.hidden_passwords``).
     """
-    with process_settings_kept():  # in a notebook, the next command starts from the user's settings, not this one's
+    argv = sys.argv[1:] if args is None else list(args)
+    # in a notebook, the next command starts from the user's settings, not this one's
+    with process_settings_kept(), passwords_hidden_in_output(argv):
         run_command(args)
 
 

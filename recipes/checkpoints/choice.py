@@ -6,7 +6,10 @@
   ``<checkpoints_dir>/.fetched/<run id>/`` (``recipes.checkpoints.fetched``). Runs whose files are not here are
   ranked by what the store says about their uploaded file (the tags ``loopwise.<alias>.*`` written at upload:
   ``recipes.tracking.checkpoint_facts``); only the chosen one is fetched, then read and checked like a local file
-  (a run without those tags, uploaded by ``recipes sync`` or an older loopwise, is fetched to be read).
+  (a run without those tags, uploaded by ``recipes sync`` or an older loopwise, is fetched to be read). The tags are
+  not trusted over the files: a ``best`` value that the run's logged history does not back (``history_backs``: a tag
+  changed after the upload) has its file fetched and read, and a fetched file whose facts disagree with its tags is
+  ranked by the file, with one warning naming the tags.
 * ``best``: among the FINISHED fit runs, the ``best.ckpt`` with the best value of the metric it was chosen by (its
   ``RunCheckpoint``'s monitor and mode, read from the file or its tags).
 * ``last``: the newest ``last.ckpt`` among the experiment's fit runs, whatever their status (FINISHED, KILLED, and the
@@ -24,6 +27,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,8 +36,16 @@ from typing import Any
 from recipes.checkpoints.data_guard import DATA_KEY, DataChange, data_changes
 from recipes.checkpoints.fetched import fetch_checkpoint
 from recipes.checkpoints.files import CheckpointError, load_checkpoint_weights_only
-from recipes.checkpoints.history_rank import CommandMetric, MetricHistory, data_skips, rank_best, skip_text
-from recipes.tracking.checkpoint_facts import facts_from_tags, facts_of, who_ran
+from recipes.checkpoints.history_rank import (
+    CommandMetric,
+    MetricHistory,
+    data_skips,
+    history_backs,
+    rank_best,
+    skip_text,
+)
+from recipes.tracking.checkpoint_facts import CheckpointFacts, disagreements, facts_from_tags, facts_of, who_ran
+from recipes.tracking.database_urls import masked_url
 from recipes.tracking.sqlite_store import sqlite_database_path
 
 
@@ -172,15 +184,32 @@ class StoreCopies:
                                              f"{candidate.reason}")
         origin = "fetched from the store" if fetched.downloaded else "the store's copy, cached"
         facts = facts_from_tags(dict(run.tags), self.alias)
+        if facts is not None:  # the file wins over its upload's tags; a disagreement is said once
+            own = CheckpointFacts(candidate.epoch, candidate.step, candidate.monitor, candidate.mode, candidate.score)
+            found = disagreements(facts, own, self.alias, dict(run.tags))
+            if found:
+                warnings.warn(
+                    f"--ckpt_path {self.alias}: run {run.run_id}'s tags disagree with its {self.alias}.ckpt in the "
+                    f"store ({'; '.join(found)}): it is ranked by what the file says (tags changed after the upload, "
+                    "or written for another version of the file)",
+                    stacklevel=2,
+                )
         saved = facts.time_ms if facts is not None and facts.time_ms is not None else run.end_time or run.start_time
         return replace(candidate, who=who_ran(dict(run.tags)), origin=origin, time_ms=saved)
 
 
-def store_candidate(run: StoreRun, alias: str, copies: StoreCopies) -> Candidate | Unreadable | None:
+def store_candidate(
+    run: StoreRun, alias: str, copies: StoreCopies, history: MetricHistory | None = None
+) -> Candidate | Unreadable | None:
     """A run whose file is not here: its facts from its upload tags (fetched later, if chosen), or, for a run
-    uploaded without them, its fetched file; ``None`` when the store holds no such checkpoint for it."""
+    uploaded without them, its fetched file; ``None`` when the store holds no such checkpoint for it. A ``best``
+    value that the run's logged history (``history``) does not back is not trusted: the file is fetched and read
+    (``history_backs``), so a changed tag can neither demote nor promote a run."""
     facts = facts_from_tags(dict(run.tags), alias)
-    if facts is None:
+    unbacked = (facts is not None and alias == "best" and history is not None and facts.scored
+                and not history_backs(history, run.run_id, str(facts.monitor), facts.mode, float(facts.score or 0.0),
+                                      facts.step))
+    if facts is None or unbacked:
         try:
             return copies.read(run)
         except FileNotFoundError:
@@ -220,7 +249,7 @@ def choose_checkpoint(
             if isinstance(found, Candidate):
                 found = replace(found, who=who_ran(dict(run.tags)))
         elif run.mlflow_run is not None:
-            found = store_candidate(run, alias, copies)
+            found = store_candidate(run, alias, copies, history)
         else:
             found = None
         if isinstance(found, Unreadable):
@@ -255,7 +284,7 @@ def pick(
     none, or when a damaged file might have won (``refuse_unreadable``). ``best`` ranks by ``metric`` (``histories``:
     where each run the store lists has its logged metrics)."""
     skip_note = skip_text(data_skips(skipped))
-    looked = f"under {base.resolve()} or uploaded to {tracking_uri}"
+    looked = f"under {base.resolve()} or uploaded to {masked_url(tracking_uri)}"
     if alias == "last":
         if not candidates:
             refuse_unreadable(alias, unreadable, None)

@@ -15,9 +15,12 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from recipes.checkpoints.choice import choose_checkpoint, describe_run_file
 from recipes.checkpoints.fetched import fetch_checkpoint
+from recipes.checkpoints.files import CheckpointError, run_stamp
 from recipes.checkpoints.history_rank import CommandMetric
+from recipes.checkpoints.run_stamp import RESUMED_FROM_TAG
 from recipes.tracking.sqlite_store import sqlite_database_path
-from recipes.tracking.recreated_runs import current_run_id
+from recipes.tracking.database_urls import masked_url
+from recipes.tracking.recreated_runs import REPLAYED_FROM_TAG, current_run_id
 from recipes.checkpoints.run_checkpoint import ALIASES
 from recipes.tracking.logger import CHECKPOINT_ARTIFACT_DIR
 from recipes.tracking.pending_replay import replay_before_reading
@@ -69,7 +72,7 @@ def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_
     try:
         run = client.get_run(run_id)
     except MlflowException as err:
-        raise FileNotFoundError(f"{ref}: no MLflow run {run_id!r} in {uri}") from err
+        raise FileNotFoundError(f"{ref}: no MLflow run {run_id!r} in {masked_url(uri)}") from err
     artifact = f"{CHECKPOINT_ARTIFACT_DIR}/{alias}.ckpt"
     present = {a.path for a in client.list_artifacts(run_id, CHECKPOINT_ARTIFACT_DIR)}
     if artifact not in present:
@@ -119,16 +122,59 @@ def store_run(run_id: str, tracking_uri: str | None) -> Any:
 
 
 def described(
-    reference: str, run_id: str, path: Path, alias: str, run: Any, origin: str, option: str = "--ckpt_path"
+    reference: str, run_id: str, path: Path, alias: str, run: Any, origin: str, option: str = "--ckpt_path",
+    tracking_uri: str | None = None,
 ) -> ResolvedCheckpoint:
     """Print what ``reference`` (``run:``/``mlflow:``) loads: the run, who ran it where, the epoch and value, where the
     file came from (rank 0); the file is read once here and handed on (a file that cannot be read is left to the
-    checks that follow, which name the problem)."""
+    checks that follow, which name the problem). A file stamped by another run is refused (``check_stamp``)."""
     tags = dict(run.data.tags) if run is not None else {}
     text, loaded = describe_run_file(run_id, path, alias, tags, origin)
+    check_stamp(reference, run_id, path, alias, loaded, run, tracking_uri, option)
     if text and rank_zero_only.rank == 0:
         print(f"recipes: {option} {reference} = {path.resolve()} ({text})", flush=True)
     return ResolvedCheckpoint(str(path.resolve()), loaded)
+
+
+def own_run_ids(run_id: str, run: Any, tracking_uri: str | None, limit: int = 50) -> set[str]:
+    """The ids whose stamp a checkpoint of run ``run_id`` (``run``: its MLflow ``Run``, ``None`` when the store does
+    not hold it) may carry: the run's (as asked, and its id in the store), the old id of a run ``recipes sync``
+    recreated, and every run it branched from (``loopwise.resumed_from_run``: a branch keeps its source run's
+    ``best.ckpt`` until it saves a better one), followed back through the store."""
+    ids = {run_id}
+    while run is not None and len(ids) < limit:
+        tags = run.data.tags
+        ids.update(i for i in (run.info.run_id, tags.get(REPLAYED_FROM_TAG)) if i)
+        source = tags.get(RESUMED_FROM_TAG)
+        if not source or source in ids:
+            break
+        ids.add(source)
+        run = store_run(source, tracking_uri)
+    return ids
+
+
+def check_stamp(
+    reference: str, run_id: str, path: Path, alias: str, loaded: Any, run: Any, tracking_uri: str | None,
+    option: str = "--ckpt_path",
+) -> None:
+    """``run:<id>/...`` and ``mlflow:<id>/...`` load run ``run_id``'s checkpoint: a file whose run stamp names
+    another run (one copied into this run's folder, or uploaded as its artifact) is refused with a
+    ``CheckpointError`` naming both runs, before any run is continued or changed (``fit`` would otherwise continue
+    the stamped run, not the one asked for). A file without a stamp, or that cannot be read (the checks after name
+    the problem), is left as it is; a run's folder that is a link to the folder of the run's old id (``recipes
+    sync``) is that run's."""
+    stamped = run_stamp(loaded).get("mlflow_run_id") if isinstance(loaded, dict) else None
+    if not stamped or stamped in own_run_ids(run_id, run, tracking_uri) or Path(path).resolve().parent.name == stamped:
+        return
+    found = store_run(stamped, tracking_uri) if run is not None else None
+    if found is not None and found.info.run_id == run.info.run_id:
+        return  # the stamp is the old id of this run, recreated by `recipes sync`
+    raise CheckpointError(
+        f"{option} {reference}: {Path(path).resolve()} was written by run {stamped}, not by run {run_id} (copied "
+        f"into run {run_id}'s checkpoints?); refused, so that neither run's record changes: to use run {stamped}'s "
+        f"checkpoint give --ckpt_path run:{stamped}/{alias} or the file's path, else put run {run_id}'s own "
+        f"{alias}.ckpt back"
+    )
 
 
 def resolve_checkpoint(
@@ -160,7 +206,8 @@ def resolve_checkpoint(
     if ref is not None:
         path = Path(download_run_checkpoint(ref["run_id"], ref["alias"], root, tracking_uri))
         run = store_run(ref["run_id"], tracking_uri)
-        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, "downloaded from the store", option)
+        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, "downloaded from the store", option,
+                         tracking_uri)
     if ckpt_path.startswith("mlflow:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected mlflow:<run id>/best or mlflow:<run id>/last")
     ref = RUN_REF.match(ckpt_path)
@@ -172,11 +219,11 @@ def resolve_checkpoint(
             if run is None:
                 raise FileNotFoundError(
                     f"--ckpt_path {ckpt_path}: no {path.resolve()} (a run of experiment {experiment!r} under "
-                    f"{Path(root).resolve()}) and no run {ref['run_id']!r} in {tracking_uri or default_tracking_uri()}"
+                    f"{Path(root).resolve()}) and no run {ref['run_id']!r} in {masked_url(tracking_uri or default_tracking_uri())}"
                 )
             fetched = fetch_checkpoint(store_client(tracking_uri), run, ref["alias"], root, ckpt_path)
             path, origin = fetched.path, "fetched from the store" if fetched.downloaded else "the store's copy, cached"
-        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, origin, option)
+        return described(ckpt_path, ref["run_id"], path, ref["alias"], run, origin, option, tracking_uri)
     if ckpt_path.startswith("run:"):
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: expected run:<run id>/best or run:<run id>/last")
     if ckpt_path in ALIASES:

@@ -37,6 +37,7 @@ from recipes.checkpoints.run_lock import lock_fit_run
 from recipes.tracking.recreated_runs import current_run_id
 from recipes.tracking.journal import JOURNAL_NAME, read_journal
 from recipes.tracking.config import ConfigChanges
+from recipes.tracking.database_urls import masked_url
 from recipes.tracking.tracked_run import tracked_run
 
 RESUMED_FROM_TAG = "loopwise.resumed_from_run"
@@ -164,7 +165,7 @@ def continue_stamped_run(
     found = current_run_id(client, run_id)
     if found is None:
         warnings.warn(
-            f"checkpoint {ckpt_path} belongs to MLflow run {run_id}, which is not in {tracking_uri}: "
+            f"checkpoint {ckpt_path} belongs to MLflow run {run_id}, which is not in {masked_url(tracking_uri)}: "
             "training continues in a new run",
             stacklevel=2,
         )

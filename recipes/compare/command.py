@@ -35,7 +35,13 @@ from recipes.compare.rows import RunsTable, build_table
 from recipes.compare.runs import STAGE_TAG, STAGES, check_sqlite, find_experiments, search_runs
 from recipes.compare.sort import KEYS, parse_sort, sort_table
 from recipes.compare.table import format_csv, format_json, format_table, terminal_width
-from recipes.tracking.database_urls import DatabaseUnavailable, check_database, masked_url, with_installed_driver
+from recipes.tracking.database_urls import (
+    AmbiguousCredentials,
+    DatabaseUnavailable,
+    check_database,
+    masked_url,
+    with_installed_driver,
+)
 from recipes.tracking.failures import fast_http_failures, short_reason
 from recipes.tracking.pending_replay import replay_before_reading
 from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server, default_tracking_uri
@@ -138,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.max_runs < 1:
         return _error("--max-runs must be at least 1")
-    uri = with_installed_driver(args.tracking_uri or default_tracking_uri())  # postgresql://: the driver installed
+    try:
+        uri = with_installed_driver(args.tracking_uri or default_tracking_uri())  # postgresql://: the driver installed
+    except ValueError as err:  # a URL whose password cannot be read unambiguously (AmbiguousCredentials)
+        return _error(str(err))
     try:
         from mlflow.exceptions import MlflowException  # noqa: PLC0415
         from mlflow.tracking import MlflowClient  # noqa: PLC0415
@@ -161,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 return show_sweep(client, args)
             tables = collect_tables(client, args, run_filter)
-    except (CompareError, DatabaseUnavailable, TrackingServerUnreachable) as err:
+    except (CompareError, DatabaseUnavailable, TrackingServerUnreachable, AmbiguousCredentials) as err:
         return _error(str(err))
     except (MlflowException, RequestException, ConnectionError, OSError) as err:
         return _error(f"cannot read the tracking store at {masked_url(uri)}: {short_reason(err)}")

@@ -24,7 +24,7 @@ def check_sqlite(uri: str) -> None:
     """An SQLite URI must name an existing file: MLflow would silently create an empty store."""
     path = sqlite_database_path(uri)
     if path is not None and not path.is_file():
-        raise CompareError(f"no MLflow database at {path} (tracking URI {uri}); run a recipe first")
+        raise CompareError(f"no MLflow database at {path} (tracking URI {masked_url(uri)}); run a recipe first")
 
 
 def find_experiments(client: Any, name: str | None) -> list[Any]:

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 from mlflow.entities import Metric, RunTag
@@ -28,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from recipes.sweep.sampler import TrialSeededSampler
 from recipes.sweep.space import SweepFile
 from recipes.sweep.workers import abandoned_trials
+from recipes.tracking.database_urls import masked_url
 from recipes.tracking.experiment_kind import create_experiment
 
 PARENT_ATTR = "loopwise.mlflow_parent_run_id"
@@ -47,12 +47,8 @@ def sqlite_path(storage: str) -> Path | None:
 
 
 def shown_storage(storage: str) -> str:
-    """The storage URL without a password (for logs and MLflow params)."""
-    parts = urlsplit(storage)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return storage
+    """The storage URL without a password (for logs and MLflow params): ``database_urls.masked_url``."""
+    return masked_url(storage)
 
 
 def make_pruner(name: str) -> optuna.pruners.BasePruner:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipes.tracking.database_urls import masked_url
 from recipes.tracking.journal import read_journal, replay
 from recipes.tracking.write_behind import wait_for_queued_writes
 
@@ -52,7 +53,7 @@ class CatchUpResult:
 def caught_up_message(uri: str, result: CatchUpResult) -> str:
     """The one line printed when the server answers again and the run's record is complete there."""
     return (
-        f"recipes: the tracking server at {uri} answers again (away for {result.away_s:.0f} s): wrote the "
+        f"recipes: the tracking server at {masked_url(uri)} answers again (away for {result.away_s:.0f} s): wrote the "
         f"{result.metric_values} metric value(s), {result.params} param(s) and {result.tags} tag(s) of the outage "
         "from the run's journal; training goes on writing to the server"
     )

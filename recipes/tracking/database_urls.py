@@ -15,7 +15,8 @@ password masked (``postgresql://user:***@host/db``) and what to do.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from recipes.tracking.hidden_passwords import remember_password
 
 CONNECT_TIMEOUT_S = 5
 
@@ -53,18 +54,65 @@ def is_database_url(url: str) -> bool:
     return backend_of(url) is not None
 
 
+class AmbiguousCredentials(ValueError):
+    """A URL whose user name or password cannot be read unambiguously: a raw ``@`` in it (more than one ``@`` before
+    the host), a raw ``#`` or ``?`` (or, in a server URL, ``/``). Its message holds no part of the credentials."""
+
+
+def credentials_problem(url: str) -> str | None:
+    """Why the user name and password of ``url`` cannot be told apart from the rest, or ``None`` when they can (or
+    there are none). SQLAlchemy reads the password up to the first ``@`` and ``urllib`` (so ``requests``) up to the
+    first ``/``, ``?`` or ``#``: a raw ``@`` in a password makes both misplace the host, and part of the password
+    would be shown as part of it; a raw ``#`` or ``?`` ends the authority for ``urllib``."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or "@" not in rest:
+        return None
+    if rest.count("@") > 1:
+        return "more than one '@'"
+    userinfo = rest.split("@", 1)[0]
+    raw = [c for c in ("#", "?") if c in userinfo]
+    if "/" in userinfo and not is_database_url(url):  # SQLAlchemy reads a raw '/' in a password; urllib does not
+        raw.append("/")
+    return f"a raw {' and '.join(repr(c) for c in raw)} in it" if raw else None
+
+
+def refuse_ambiguous_credentials(url: str, what: str = "database URL") -> None:
+    """Raise ``AmbiguousCredentials`` (one line, no part of the user name or password) when ``credentials_problem``
+    finds one in ``url``; say to percent-encode the password."""
+    problem = credentials_problem(url)
+    if problem is None:
+        return
+    scheme = url.split("://", 1)[0]
+    raise AmbiguousCredentials(
+        f"the {what} ({scheme}://...) has a user name or password that cannot be read unambiguously ({problem}): "
+        "percent-encode the password (in Python: urllib.parse.quote(password, safe=''); '@' is %40, '#' %23, "
+        "'?' %3F, '/' %2F, ':' %3A) and write the URL again"
+    )
+
+
 def masked_url(url: str) -> str:
-    """``url`` with its password shown as ``***`` (for messages, logs and MLflow params)."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
+    """``url`` with its password shown as ``***`` (for messages, logs and MLflow params). A database URL is read as
+    SQLAlchemy reads it (``make_url(...).render_as_string(hide_password=True)``: the user, host and database shown are
+    the ones it connects to); a server URL is split at its one ``@``. A URL whose credentials cannot be read
+    unambiguously (``credentials_problem``) shows none of them: ``postgresql://***@...``."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or "@" not in rest:
         return url
-    if not password:
+    remember_password(url)  # and hidden wherever else it may be printed (hidden_passwords)
+    if credentials_problem(url) is not None:
+        return f"{scheme}://***@..."
+    userinfo, _, after = rest.partition("@")
+    if ":" not in userinfo:
         return url
-    user, _, host = parts.netloc.rpartition("@")
-    name = user.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{name}:***@{host}"))
+    if is_database_url(url):
+        from sqlalchemy.engine import make_url  # noqa: PLC0415
+        from sqlalchemy.exc import ArgumentError  # noqa: PLC0415
+
+        try:
+            return make_url(url).render_as_string(hide_password=True)
+        except (ArgumentError, ValueError):
+            pass
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{after}"
 
 
 def named_driver(url: str) -> str | None:
@@ -98,10 +146,14 @@ def with_installed_driver(url: str) -> str:
     """``url`` naming a driver that is installed, where SQLAlchemy's default for it is not: ``postgresql://...`` ->
     ``postgresql+psycopg://...`` when psycopg is installed and the default psycopg2 is not (and ``postgres://`` ->
     ``postgresql://``). Any other URL, one that names its driver, or one no installed driver serves (``check_database``
-    says so), comes back as it is."""
+    says so), comes back as it is. A database URL whose credentials cannot be read unambiguously is refused
+    (``AmbiguousCredentials``, ``refuse_ambiguous_credentials``); its password is hidden in this process's output from
+    now on (``hidden_passwords``)."""
     backend = backend_of(url)
     if backend is None:
         return url
+    remember_password(url)
+    refuse_ambiguous_credentials(url, "database URL")
     scheme, rest = url.split("://", 1)
     if scheme.lower() in ALIASES:
         url = f"{ALIASES[scheme.lower()]}://{rest}"
@@ -190,12 +242,15 @@ def usable_database_url(url: str, what: str = "database") -> str:
 
 
 __all__ = [
+    "AmbiguousCredentials",
     "DatabaseUnavailable",
     "backend_of",
     "check_database",
+    "credentials_problem",
     "failure_reason",
     "is_database_url",
     "masked_url",
+    "refuse_ambiguous_credentials",
     "usable_database_url",
     "with_installed_driver",
 ]

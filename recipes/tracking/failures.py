@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from recipes.tracking.database_urls import masked_url
 from recipes.tracking.warning_lines import one_line_warnings
 
 # the recipe process's HTTP settings for a tracking server (a value the user set in the environment wins)
@@ -139,12 +140,12 @@ def store_failure_message(uri: str, err: BaseException | str, journal: Any, catc
     if catches_up:
         failed = "does not answer" if reason in NO_ANSWER_REASONS or "[Errno" in reason else "refused a write"
         return (
-            f"the tracking store stopped accepting writes: the tracking server at {uri} {failed} ({reason}); "
+            f"the tracking store stopped accepting writes: the tracking server at {masked_url(uri)} {failed} ({reason}); "
             f"training goes on, the run's record is kept in {journal} and written to the server when it answers "
             "again (`recipes sync` writes it if the run ends first)"
         )
     return (
-        f"the tracking store stopped accepting writes: {uri} ({reason}); training goes on and the run's "
+        f"the tracking store stopped accepting writes: {masked_url(uri)} ({reason}); training goes on and the run's "
         f"record is kept in {journal}: `recipes sync` writes it (and the checkpoints) to the store once it works "
         "again (a resume of the run does too)."
     )

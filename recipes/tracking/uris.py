@@ -7,7 +7,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from recipes.tracking.database_urls import DatabaseUnavailable, check_database, is_database_url, with_installed_driver
+from recipes.tracking.database_urls import (
+    DatabaseUnavailable,
+    check_database,
+    is_database_url,
+    masked_url,
+    refuse_ambiguous_credentials,
+    with_installed_driver,
+)
+from recipes.tracking.hidden_passwords import remember_password
 from recipes.tracking.failures import fast_http_failures, is_server_uri, short_reason
 
 SERVER_CHECK_TIMEOUT_S = 5
@@ -33,8 +41,11 @@ def check_tracking_server(uri: str) -> None:
 
     Raises ``TrackingServerUnreachable`` naming the URI (its password masked) and the reason when it does not answer,
     so a recipe stops before training instead of failing (or hanging in retries) at its first logging call. Local
-    stores (SQLite, file) are not checked: MLflow creates them.
+    stores (SQLite, file) are not checked: MLflow creates them. A URL whose user name or password cannot be read
+    unambiguously is refused first (``AmbiguousCredentials``, a ``ValueError``), naming no part of them.
     """
+    remember_password(uri)
+    refuse_ambiguous_credentials(uri, "tracking URI")
     if is_database_url(uri):
         try:
             check_database(uri, "tracking store")
@@ -53,7 +64,7 @@ def check_tracking_server(uri: str) -> None:
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except (MlflowException, RequestException, OSError) as err:
         raise TrackingServerUnreachable(
-            f"the MLflow tracking server at {uri} does not answer ({short_reason(err)}); start it (`mlflow server --host "
+            f"the MLflow tracking server at {masked_url(uri)} does not answer ({short_reason(err)}); start it (`mlflow server --host "
             "127.0.0.1 --port <port> ...`), fix MLFLOW_TRACKING_URI / trainer.logger.init_args.tracking_uri, or "
             "unset it to track in ./mlflow.db"
         ) from None

@@ -5,6 +5,7 @@ runs them against a real PostgreSQL)."""
 from __future__ import annotations
 
 import sys
+from urllib.parse import quote
 
 import pytest
 
@@ -12,11 +13,13 @@ from recipes.tracking import database_urls
 from recipes.tracking.database_urls import (
     DatabaseUnavailable,
     check_database,
+    credentials_problem,
     is_database_url,
     masked_url,
     usable_database_url,
     with_installed_driver,
 )
+from recipes.tracking.hidden_passwords import hide_passwords, password_forms, remember_password
 from tests.postgres_server import free_port
 
 
@@ -96,3 +99,35 @@ def test_mysql_on_a_port_where_nothing_listens_is_one_line():
     text = str(err.value)
     assert text.startswith(f"the sweep storage mysql://bob:***@127.0.0.1:{port}/optuna does not answer (")
     assert "Connection refused" in text and "\n" not in text and "s3cret" not in text
+
+
+PASSWORD = "Zq9/x#y?w@Secret"  # as pasted from a password manager
+SLASHED = "Zq9/Secret/x"  # a raw '/' only: SQLAlchemy reads it, urllib does not
+
+
+def test_the_masked_forms_of_urls():
+    encoded = quote(PASSWORD, safe="")
+    assert masked_url(f"postgresql://team:{encoded}@db.example:5432/mlflow") == \
+        "postgresql://team:***@db.example:5432/mlflow"
+    assert masked_url(f"postgresql+psycopg://team:{SLASHED}@db:5432/m") == "postgresql+psycopg://team:***@db:5432/m"
+    assert masked_url(f"mysql+pymysql://team:{encoded}@db/m?charset=utf8mb4") == \
+        "mysql+pymysql://team:***@db/m?charset=utf8mb4"
+    assert masked_url(f"https://team:{encoded}@mlflow.example/path") == "https://team:***@mlflow.example/path"
+    assert masked_url(f"postgresql://team:{PASSWORD}@db/m") == "postgresql://***@..."  # SQLAlchemy: team:***@Secret@db
+    assert masked_url("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
+    assert masked_url("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert masked_url("http://token@127.0.0.1:5000") == "http://token@127.0.0.1:5000"  # a user, no password
+    assert credentials_problem(f"postgresql://team:{PASSWORD}@db/m") == "more than one '@'"
+    assert credentials_problem("postgresql://team:a#b@db/m") == "a raw '#' in it"
+    assert credentials_problem("http://team:a/b?c@db/m") == "a raw '?' and '/' in it"
+    assert credentials_problem(f"postgresql://team:{SLASHED}@db/m") is None
+    assert credentials_problem("postgresql://db/m?sslmode=require") is None
+
+
+def test_hidden_forms_of_a_password():
+    assert password_forms(f"postgresql://team:{quote(PASSWORD, safe='')}@db/m") == {
+        PASSWORD, quote(PASSWORD, safe="")}
+    assert password_forms(f"postgresql://team:{PASSWORD}@db/m") >= {PASSWORD, "Secret"}  # after the raw '@' too
+    assert password_forms("postgresql://team@db/m") == set() and password_forms("sqlite:///x.db") == set()
+    remember_password("http://u:Tok3n-value@h")
+    assert hide_passwords("failed for http://u:Tok3n-value@h: Tok3n-value") == "failed for http://u:***@h: ***"
