@@ -134,3 +134,42 @@ def test_the_sweep_process_ends_with_one_line_for_a_database_that_does_not_answe
         f"recipes sweep: error: the sweep storage (--storage) {url.replace(PASSWORD, '***')} does not answer "
         "(Connection refused): start the database server, or fix the host and port in the URL"
     ]
+
+
+TEAM_PASSWORD = "Zq9/x#y?w@Secret"  # as pasted from a password manager
+SLASHED_PASSWORD = "Zq9/Secret/x"  # a raw '/' is read by SQLAlchemy; '@', '#', '?' must be percent-encoded
+
+
+@pytest.mark.parametrize("written", ["percent-encoded", "raw slash"])
+def test_a_password_with_special_characters_is_in_no_output_and_no_record(written, postgres, workdir, monkeypatch,
+                                                                          capsys):
+    import psycopg
+    from urllib.parse import quote
+
+    password = TEAM_PASSWORD if written == "percent-encoded" else SLASHED_PASSWORD
+    role = f"team_{written.replace(' ', '_').replace('-', '_')}"
+    with psycopg.connect(postgres.dsn("postgres"), autocommit=True) as connection:
+        connection.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        connection.execute(f'CREATE DATABASE "{role}" OWNER {role}')
+    in_url = quote(password, safe="") if written == "percent-encoded" else password
+    url = f"postgresql://{role}:{in_url}@127.0.0.1:{postgres.port}/{role}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "1", "--data.init_args.n_samples", "300",
+          "--trainer.logger.init_args.experiment_name", "secret_fit", "--mlflow_model", "false"])
+    for args in (["compare", "--experiment", "secret_fit"], ["sync"]):
+        with pytest.raises(SystemExit) as stop:
+            main(args)
+        assert stop.value.code == 0
+    out, err = capsys.readouterr()
+    fragments = {password, quote(password, safe=""), "Secret"}
+    client = MlflowClient(url)
+    [run] = client.search_runs([client.get_experiment_by_name("secret_fit").experiment_id])
+    assert run.info.status == "FINISHED" and "val/loss" in run.data.metrics  # the URL works as written
+    recorded = [*run.data.params.values(), *run.data.tags.values()]
+    for artifact in client.list_artifacts(run.info.run_id):
+        if artifact.path.endswith((".yaml", ".json", ".txt")):
+            recorded.append(open(client.download_artifacts(run.info.run_id, artifact.path)).read())
+    recorded += [path.read_text(errors="replace") for path in (workdir / "checkpoints").rglob("*.jsonl")]
+    assert any("Zq9" not in text for text in recorded) and len(recorded) > 20
+    leaks = [(fragment, text[:200]) for fragment in fragments for text in [out, err, *recorded] if fragment in text]
+    assert not leaks

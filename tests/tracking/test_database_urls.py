@@ -131,3 +131,15 @@ def test_hidden_forms_of_a_password():
     assert password_forms("postgresql://team@db/m") == set() and password_forms("sqlite:///x.db") == set()
     remember_password("http://u:Tok3n-value@h")
     assert hide_passwords("failed for http://u:Tok3n-value@h: Tok3n-value") == "failed for http://u:***@h: ***"
+
+
+def test_the_lines_about_a_server_mask_its_password():
+    from recipes.tracking.catch_up import CatchUpResult, caught_up_message
+    from recipes.tracking.failures import store_failure_message
+
+    uri = f"http://team:{quote(PASSWORD, safe='')}@127.0.0.1:5000"
+    lines = [caught_up_message(uri, CatchUpResult(away_s=3.0)),
+             store_failure_message(uri, ConnectionError("Connection refused"), "j.jsonl", catches_up=True),
+             store_failure_message(uri, ConnectionError("Connection refused"), "j.jsonl")]
+    for line in lines:
+        assert "http://team:***@127.0.0.1:5000" in line and "Zq9" not in line and "Secret" not in line, line
