@@ -124,6 +124,25 @@ class MetricHistory:
         return float(max(logged, key=lambda m: m.timestamp).value) if logged else None
 
 
+def history_backs(history: MetricHistory, run_id: str, monitor: str, mode: str | None, score: float,
+                  step: int | None) -> bool:
+    """Whether the run's logged history of ``monitor`` backs a ``best.ckpt`` value ``score`` that the store's tags
+    record (saved at global ``step``): the best logged value (by ``mode``) at or before that step is ``score``. A
+    tag changed after the upload, or written for another file, is not backed: its file is read instead (a history
+    that cannot be read backs nothing)."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+
+    try:
+        logged = [m for m in history.history(run_id, monitor) if m.value is not None and not math.isnan(m.value)
+                  and (step is None or m.step <= step)]
+    except (MlflowException, OSError):
+        return False
+    if not logged:
+        return False
+    best = max(m.value for m in logged) if mode == "max" else min(m.value for m in logged)
+    return math.isclose(best, score, rel_tol=1e-6, abs_tol=1e-12)
+
+
 def ranking(
     run_id: str, monitor: str, score: float, epoch: int | None, step: int | None, metric: CommandMetric,
     history: MetricHistory | None,
@@ -188,4 +207,4 @@ def rank_best(
 
 
 __all__ = ["CommandMetric", "MetricHistory", "Ranking", "SHOWN_SKIPS", "Skip", "command_metric", "data_skips",
-           "rank_best", "ranking", "skip_text"]
+           "history_backs", "rank_best", "ranking", "skip_text"]

@@ -80,6 +80,27 @@ def facts_from_tags(tags: dict[str, str], alias: str) -> CheckpointFacts | None:
                            found["mode"], number(found["value"], float), number(found["time"], int))
 
 
+def disagreements(tagged: CheckpointFacts, read: CheckpointFacts, alias: str, tags: dict[str, str]) -> list[str]:
+    """``"loopwise.<alias>.<fact> <tag's text> vs the file's <value>"`` for each fact a ``best``/``last`` choice ranks
+    by (the metric, its mode and value) that the run's ``tags`` record (``tagged``, as ``facts_from_tags`` read them)
+    otherwise than the file itself says (``read``); empty when they agree. The epoch, step and time are not compared
+    (their tags' conventions changed between versions, and a fetched file's own time is when it was fetched)."""
+    found = []
+    pairs = {"monitor": (tagged.monitor, read.monitor), "mode": (tagged.mode, read.mode),
+             "value": (tagged.score, read.score)}
+    for name, (tag, own) in pairs.items():
+        key = f"loopwise.{alias}.{name}"
+        if key not in tags or own is None:
+            continue
+        same = (tag == own if name != "value" else
+                tag is not None and (math.isclose(tag, own, rel_tol=1e-6, abs_tol=1e-12)
+                                     or (math.isnan(tag) and math.isnan(own))))
+        if not same:
+            shown = f"{own:.4g}" if name == "value" else str(own)
+            found.append(f"{key} {tags[key]} vs the file's {shown}")
+    return found
+
+
 def checkpoint_tags(facts: CheckpointFacts, alias: str, local_file: str | Path) -> dict[str, str]:
     """The tags for ``local_file`` uploaded as the run's ``<alias>.ckpt``: its ``facts`` (taken from the checkpoint
     dict when it was written: the file is not read again) and the file's modification time."""
@@ -125,4 +146,5 @@ def who_ran(tags: dict[str, str]) -> str:
     return f"{user}@{host}" if user and host else user or (f"@{host}" if host else "")
 
 
-__all__ = ["CheckpointFacts", "facts_from_tags", "FileFacts", "facts_of", "facts_tags", "checkpoint_tags", "who_ran"]
+__all__ = ["CheckpointFacts", "disagreements", "facts_from_tags", "FileFacts", "facts_of", "facts_tags",
+           "checkpoint_tags", "who_ran"]
