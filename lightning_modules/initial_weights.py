@@ -191,8 +191,9 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
         content = torch.load(file, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError) as err:
         raise ValueError(
-            f"init_from: {file} cannot be read weights-only ({load_failure(err)}): it holds more than tensors, and "
-            "a weights file never runs code; save plain tensors: torch.save(network.state_dict(), path)"
+            f"init_from: {file} cannot be read weights-only ({load_failure(err)}): it holds more than tensors and "
+            "plain values, and a weights file is never loaded in a way that could run code; save plain tensors: "
+            "torch.save(network.state_dict(), path)"
         ) from err
     for key in ("state_dict", "model"):
         if isinstance(content, Mapping) and isinstance(content.get(key), Mapping):
@@ -224,13 +225,22 @@ def torch_file_problem(file: Path) -> str:
     return "it holds text, not the zip archive torch.save writes"
 
 
+#: where torch's weights-only error starts advising to load the file anyway (``weights_only=False``) or to
+#: allow-list its classes: never quoted, a weights file is never loaded that way
+TORCH_ADVICE = ("In PyTorch 2.6", "Please use `torch.serialization", "Re-running `torch.load`",
+                "This file can still be loaded")
+
+
 def load_failure(err: Exception) -> str:
-    """The reason in ``torch.load``'s weights-only error (its first line only advises loading without the guard)."""
+    """The reason in ``torch.load``'s weights-only error, without torch's advice to load the file without the guard
+    or to allow-list what it holds (``TORCH_ADVICE``)."""
     text = str(err)
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1]
+    for advice in TORCH_ADVICE:
+        text = text.split(advice, 1)[0]
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0].rstrip(".") if lines else type(err).__name__
+    return lines[0].rstrip(". ") if lines else type(err).__name__
 
 
 def default_strip_prefix(path: str | Path, keys: list[str]) -> str:

@@ -20,6 +20,12 @@ from recipes.checkpoints.classes import ForeignClassPath, check_checkpoint_class
 STAMP_KEY = "loopwise"  # checkpoint["loopwise"] = {"mlflow_run_id": ..., "experiment": ...}
 
 FIT_KEYS = ("loops", "optimizer_states", "global_step", "epoch")
+ACCEPTED = (
+    "loopwise reads checkpoints as Lightning and loopwise write them: tensors, plain Python values (dict, list, "
+    "tuple, str, int, float, bool, None) and the few types torch's weights-only loader allows; ask for the "
+    "checkpoint `recipes fit` or a Lightning Trainer wrote, or for the weights alone (torch.save(model.state_dict(), "
+    "path))"
+)
 _UNSAFE_GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (?P<name>[\w.]+)")
 
 
@@ -46,16 +52,19 @@ def load_checkpoint_weights_only(path: str | Path) -> Any:
 
 
 def describe_load_error(path: Path, err: BaseException) -> str:
-    """Why ``torch.load(weights_only=True)`` failed, in one line."""
+    """Why ``torch.load(weights_only=True)`` failed, in one line. torch's own text is not quoted where it advises
+    loading the file without the guard (``weights_only=False``) or allow-listing its classes: loopwise never loads a
+    pickle that needs them, so the line says what it reads instead (``ACCEPTED``)."""
     text = str(err)
     unsafe = _UNSAFE_GLOBAL.search(text)
     if unsafe is not None or "Weights only load failed" in text:
         name = repr(unsafe["name"]) if unsafe is not None else "an object that is not a tensor or plain value"
         return (
-            f"refused to load: the file needs to unpickle {name}, which could run arbitrary code; "
-            "checkpoints written by recipes hold only tensors and plain values and never need it. Load it only if "
-            "you trust its source, and re-save its state_dict"
+            f"refused to load: the file needs to unpickle {name}, which is neither a tensor nor a plain value "
+            f"(unpickling it could run code, so it is never loaded); {ACCEPTED}"
         )
+    if "TorchScript" in text:
+        return f"refused to load: the file is a TorchScript archive (torch.jit.save), not a checkpoint; {ACCEPTED}"
     size = path.stat().st_size if path.exists() else 0
     if size == 0:
         return "the file is empty (0 bytes): not a checkpoint"
