@@ -84,3 +84,41 @@ def test_unreachable_server_fails_before_training(workdir: Path, monkeypatch, ca
     assert "Connection refused" in err
     assert not (workdir / "checkpoints").exists()  # no training, no files
     assert not (workdir / "mlflow.db").exists()
+
+
+@pytest.mark.fresh_store
+def test_the_first_command_after_a_server_starts_waits_until_its_api_answers(tmp_path_factory, workdir: Path,
+                                                                              monkeypatch, capsys) -> None:
+    """Issue 53: a server just started answers ``/health`` while its API does not answer yet (its store still busy:
+    here the test holds the server's SQLite store locked for a few seconds after ``/health`` answers). The command
+    waits for the API (at most ``LOOPWISE_SERVER_WAIT_S`` seconds, 30 by default) instead of failing at once."""
+    import sqlite3
+    import threading
+
+    server = MlflowServer(tmp_path_factory.mktemp("fresh_server"))
+    server.start()  # returns as soon as /health answers 200
+    store = sqlite3.connect(server.root / "server.db", timeout=60, isolation_level=None, check_same_thread=False)
+    try:
+        store.execute("BEGIN EXCLUSIVE")  # the server's store answers nothing until this ends
+        (workdir / "checkpoints").mkdir()
+        sync = ["sync", "--checkpoints_dir", str(workdir / "checkpoints"), "--tracking_uri", server.uri]
+        monkeypatch.setenv("LOOPWISE_SERVER_WAIT_S", "2")  # a bounded wait: then the usual line
+        with pytest.raises(SystemExit) as done:
+            main(sync)
+        assert done.value.code == 2
+        assert f"recipes: error: the MLflow tracking server at {server.uri} does not answer" in "".join(capsys.readouterr())
+        monkeypatch.delenv("LOOPWISE_SERVER_WAIT_S")  # the default: 30 s
+        release = threading.Timer(8.0, lambda: store.execute("COMMIT"))
+        release.start()
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as done:
+            main(sync)
+        waited = time.monotonic() - started
+        release.join()
+        out, err = capsys.readouterr()
+        assert done.value.code == 0, out + err
+        assert "does not answer" not in out + err and 6.0 < waited < 30.0
+        assert f"recipes: waiting for the MLflow tracking server at {server.uri}" in err
+    finally:
+        store.close()
+        server.stop()
