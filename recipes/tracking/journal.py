@@ -30,6 +30,7 @@ from typing import Any
 
 from recipes.tracking.abandoned_runs import ABANDONED_TAG, HOST_TAG, PID_TAG, mark_abandoned, process_exists
 from recipes.tracking.held_metrics import INVALID_NAME
+from recipes.tracking.journal_lines import read_entries
 
 JOURNAL_NAME = "tracking-journal.jsonl"
 # one encoder for every entry (``json.dumps(..., default=str)`` builds a new one per call)
@@ -46,10 +47,12 @@ class TrackingJournal:
 
     Args:
         path: The journal file (its folder is created when needed).
+        run_id: The run it records, written in every "start" entry (``recipes sync`` replays a copied folder's
+            journal into that run, never into one named after the folder).
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, run_id: str | None = None) -> None:
+        self.path, self.run_id = path, run_id
         self._handle: Any = None
         self._started = False  # this attempt's "start" entry is written
         self._unsynced = False  # entries written since the last fsync (best and last are saved back to back)
@@ -69,7 +72,8 @@ class TrackingJournal:
                 self._handle.write("\n")
             if not self._started:  # once per attempt, also when a write after the run's end reopens the file
                 self._started = True
-                start = {"time": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()}
+                start = {"time": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid(),
+                         **({"run_id": self.run_id} if self.run_id else {})}
                 self._handle.write(json.dumps({"kind": "start", **start}) + "\n")
         entry = {"kind": kind, "time": int(time.time() * 1000), **data}  # every entry is timed (a replay's merge)
         self._handle.write(_ENCODER.encode(entry) + "\n")
@@ -130,14 +134,15 @@ def ends_mid_line(path: Path) -> bool:
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:
-    """The entries of a journal; a last line cut by a kill is skipped."""
-    entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return entries
+    """The entries of a journal; a line cut by a kill is skipped, a damaged line (not UTF-8, not JSON, not an entry)
+    skipped with one warning naming the file and line (``journal_lines.read_entries``)."""
+    return read_entries(path)
+
+
+def journal_run_id(entries: list[dict[str, Any]]) -> str | None:
+    """The run a journal's entries name (its last "start" entry's ``run_id``; ``None`` in journals older than it)."""
+    named = [e.get("run_id") for e in entries if e.get("kind") == "start" and isinstance(e.get("run_id"), str)]
+    return named[-1] if named else None
 
 
 def clock(ms: int) -> str:
@@ -363,6 +368,7 @@ __all__ = [
     "JOURNAL_NAME",
     "ReplaySummary",
     "TrackingJournal",
+    "journal_run_id",
     "read_journal",
     "replay",
 ]

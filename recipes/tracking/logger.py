@@ -166,7 +166,7 @@ class RecipeLogger(MLFlowLogger):
             return
         with self._write_lock:
             if self._journal is None:
-                self._journal = TrackingJournal(self._journal_dir / str(self.run_id) / JOURNAL_NAME)
+                self._journal = TrackingJournal(self._journal_dir / str(self.run_id) / JOURNAL_NAME, str(self.run_id))
                 self._ledger = UploadLedger(self._journal_dir / str(self.run_id) / LEDGER_NAME)
                 if is_server_uri(self.store_uri):  # caught up with by itself once the server is back
                     self._catch_up = ServerCatchUp(lambda: self.experiment, str(self.run_id), self._journal.path,

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recipes.tracking.journal import JOURNAL_NAME, attempt_alive, read_journal, replay
+from recipes.tracking.journal import JOURNAL_NAME, attempt_alive, journal_run_id, read_journal, replay
 
 MARKERS_DIR = ".replayed"  # <checkpoints_dir>/.replayed/<experiment>/<run id>.json (run folders hold only theirs)
 OTHER_HOST_QUIET_SECONDS = 300
@@ -111,8 +111,8 @@ def replay_pending(tracking_uri: str, checkpoints_dir: str | Path = "checkpoints
         if folder in seen:
             continue
         entries = read_journal(path)
-        if still_written(entries, path):
-            continue
+        if still_written(entries, path) or journal_run_id(entries) not in (None, folder.name):
+            continue  # a run still writing it; a folder copied aside (``recipes sync`` reports it)
         try:
             client.get_run(path.parent.name)
         except MlflowException:  # not this store's run (`recipes sync` recreates it where it belongs)

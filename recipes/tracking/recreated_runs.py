@@ -39,11 +39,28 @@ def current_run_id(client: Any, run_id: str) -> str | None:
     except MlflowException:
         pass
     try:
-        experiments = [e.experiment_id for e in client.search_experiments()]
-        found = client.search_runs(experiments, f"tags.`{REPLAYED_FROM_TAG}` = '{run_id}'") if experiments else []
+        found = runs_recreated_from(client, [e.experiment_id for e in client.search_experiments()], run_id)
     except MlflowException:
         return None
     return found[0].info.run_id if found else None
+
+
+def filter_value(text: str) -> str | None:
+    """``text`` as a string value of an MLflow search filter: in single quotes, in double quotes when it holds a
+    single quote (a folder named ``team's run``); ``None`` when it holds both (MLflow's filter has no escape)."""
+    for quote in ("'", '"'):
+        if quote not in text:
+            return f"{quote}{text}{quote}"
+    return None
+
+
+def runs_recreated_from(client: Any, experiment_ids: list[str], old_id: str) -> list[Any]:
+    """The runs of ``experiment_ids`` that ``recipes sync`` recreated from run ``old_id`` (none for a text no filter
+    can quote: no run id holds both quotes)."""
+    value = filter_value(old_id)
+    if value is None or not experiment_ids:
+        return []
+    return client.search_runs(experiment_ids, f"tags.`{REPLAYED_FROM_TAG}` = {value}")
 
 
 def local_artifact_folders(tracking_uri: str, run_id: str) -> list[Path]:
@@ -99,4 +116,4 @@ def restore_recreated_run(client: Any, tracking_uri: str, folder: Path, new_id: 
     return "; ".join(parts)
 
 
-__all__ = ["REPLAYED_FROM_TAG", "current_run_id", "restore_recreated_run"]
+__all__ = ["REPLAYED_FROM_TAG", "current_run_id", "filter_value", "restore_recreated_run", "runs_recreated_from"]
