@@ -29,6 +29,11 @@ Members (what, when the recipes ask, default without it):
 * ``frame_data(frame)``, ``inference_loader(dataset)``, ``raw_examples(count)`` (``TableRows``): raw rows of a
   table preprocessed as at training time, the loader over them, and a few raw rows: the MLflow model of a run
   predicts with them, and its input example is ``raw_examples``. Default: no input example.
+* ``check_rows(frame)`` (``ChecksRows``): the MLflow model's check of raw rows before it predicts any, a
+  ``ValueError`` naming every bad row and column at once. Default: ``frame_data``'s own checks.
+* ``prediction_notes(frame=None)`` (``PredictionNotes``): extra columns of the predictions (name -> one value per
+  row) for raw rows, or for the new data of the last ``predict_dataloader`` (``TabularDataModule``:
+  ``unknown_categories``). Default: none.
 * ``state_dict()`` and ``load_state_dict(state)`` (``DataState``, Lightning's own hooks): the data's fitted state
   (encodings, vocabularies, class names), saved in every checkpoint and loaded before any size is read when a
   checkpoint is evaluated. Default: nothing restored.
@@ -152,6 +157,22 @@ class TableRows(Protocol):
 
 
 @runtime_checkable
+class ChecksRows(Protocol):
+    """``check_rows(frame)``: raise one ``ValueError`` naming every value of raw rows (a pandas DataFrame) that
+    cannot be predicted, by row and column, before any is."""
+
+    def check_rows(self, frame: Any) -> None: ...
+
+
+@runtime_checkable
+class PredictionNotes(Protocol):
+    """``prediction_notes(frame=None)``: extra columns after the task's in the predictions (name -> one value per
+    row) of raw rows, or (``None``) of the new data the last ``predict_dataloader`` read; ``{}``: none."""
+
+    def prediction_notes(self, frame: Any = None) -> dict[str, list[Any]]: ...
+
+
+@runtime_checkable
 class DataState(Protocol):
     """Lightning's ``state_dict()`` and ``load_state_dict(state)``: the fitted state of the data, saved in the
     checkpoint; an evaluated checkpoint's state is loaded before the sizes are read and the data is prepared."""
@@ -237,6 +258,17 @@ def raw_examples_of(datamodule: Any) -> Any:
     return datamodule.raw_examples() if isinstance(datamodule, TableRows) else None
 
 
+def check_rows_of(datamodule: Any, frame: Any) -> None:
+    """The data module's ``check_rows(frame)`` (nothing when it has none)."""
+    if isinstance(datamodule, ChecksRows):
+        datamodule.check_rows(frame)
+
+
+def prediction_notes_of(datamodule: Any, frame: Any = None) -> dict[str, list[Any]]:
+    """The data module's ``prediction_notes(frame)``, ``{}`` when it has none."""
+    return dict(datamodule.prediction_notes(frame)) if isinstance(datamodule, PredictionNotes) else {}
+
+
 def data_state_of(datamodule: Any) -> dict[str, Any]:
     """The data module's fitted state (``state_dict()``), ``{}`` for one without ``state_dict``."""
     return datamodule.state_dict() if hasattr(datamodule, "state_dict") else {}
@@ -264,10 +296,11 @@ def settings_outside_split(data_class: Any) -> frozenset[str]:
 
 
 __all__ = [
-    "BatchSize", "ClassNames", "DATA_SIZES", "DataFile", "DataFolder", "DataState", "IdName", "LOADER_SETTINGS",
-    "NEW_DATA_SETTINGS", "PredictionIds", "PredictsNewData", "SettingsOutsideSplit", "SplitDatasets", "SplitSizes",
-    "TableRows", "batch_size_of", "class_names_of", "data_size", "data_state_of", "id_name_of", "load_data_state",
-    "loader_settings_of", "new_data_of", "new_data_settings_of", "prediction_ids_of", "predicts_new_data",
+    "BatchSize", "ChecksRows", "ClassNames", "DATA_SIZES", "DataFile", "DataFolder", "DataState", "IdName",
+    "LOADER_SETTINGS", "NEW_DATA_SETTINGS", "PredictionIds", "PredictionNotes", "PredictsNewData",
+    "SettingsOutsideSplit", "SplitDatasets", "SplitSizes", "TableRows", "batch_size_of", "check_rows_of",
+    "class_names_of", "data_size", "data_state_of", "id_name_of", "load_data_state", "loader_settings_of",
+    "new_data_of", "new_data_settings_of", "prediction_ids_of", "prediction_notes_of", "predicts_new_data",
     "raw_examples_of", "settings_outside_split", "source_paths_of", "split_datasets_of", "split_rows_of",
     "split_sizes_of", "SplitRows",
 ]

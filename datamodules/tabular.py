@@ -14,6 +14,8 @@ from datamodules.base import BaseDataModule
 from datamodules.column_encoding import ColumnEncoder, is_numeric_column
 from datamodules.csv_reading import shown_fields
 from datamodules.preprocessing import Standardizer
+from datamodules.row_checks import UNKNOWN_COLUMN, bad_numbers, bad_numbers_message, unknown_categories
+from datamodules.row_checks import unknown_categories_warning
 from datamodules.table_files import read_table, table_format
 from datamodules.target_kind import TargetKindError, target_kind_error
 from datamodules.tensor_dataset import BatchedTensorDataset
@@ -123,6 +125,7 @@ class TabularDataModule(BaseDataModule):
         # the encoding: fitted in setup, or restored from a checkpoint with load_state_dict
         self.encoder = self._new_encoder()
         self._restored: dict[str, Any] | None = None
+        self._new_data_notes: list[str] = []  # predict_path's rows' values predicted with the <unknown> slot
         self._frame: pd.DataFrame | None = None  # the file's rows during setup; a sample is a row position
 
     def _new_encoder(self, numeric: list[str] | None = None, categorical: list[str] | None = None) -> ColumnEncoder:
@@ -316,14 +319,27 @@ class TabularDataModule(BaseDataModule):
         return self.predict_path is not None
 
     def new_data(self) -> tuple[Dataset, list[Any]] | None:
-        """The rows of ``predict_path`` encoded as at training time, with their row numbers (from 0)."""
+        """The rows of ``predict_path`` encoded as at training time, with their row numbers (from 0); one warning
+        when categories take the ``<unknown>`` slot (once: the command reads the file twice)."""
         if self.predict_path is None:
             return None
-        return self.frame_data(read_table(self.predict_path), repr(self.predict_path))
+        frame, source = read_table(self.predict_path), repr(self.predict_path)
+        data = self.frame_data(frame, source)
+        notes = unknown_categories(self.encoder, frame.rename(columns=str).reset_index(drop=True))
+        if notes != self._new_data_notes and (warning := unknown_categories_warning(NAME, notes, source)):
+            rank_zero_warn(warning)
+        self._new_data_notes = notes
+        return data
 
     def frame_data(self, frame: "pd.DataFrame", source: str = "the table") -> tuple[Dataset, list[Any]]:
         """Raw rows (the feature columns as in the data file; the target may be absent) encoded as at training
         time, with their row numbers (from 0). A feature column the model was trained on must be there."""
+        frame = self._feature_frame(frame, source)
+        features = self.encoder.transform(frame, source=source)  # errors name the table being predicted
+        return BatchedTensorDataset(features), list(range(len(frame)))
+
+    def _feature_frame(self, frame: "pd.DataFrame", source: str) -> "pd.DataFrame":
+        """Raw rows with string column names and rows counted from 0; a feature column missing is an error."""
         self._ensure_fitted()  # the checkpoint's encoding, or the one the train split gives (the same)
         frame = frame.rename(columns=str).reset_index(drop=True)
         needed = list(self.encoder.numeric_columns) + list(self.encoder.categorical_columns)
@@ -333,8 +349,20 @@ class TabularDataModule(BaseDataModule):
                 f"{NAME}: {source} lacks the feature column(s) {missing} the model was trained on "
                 f"(columns it has: {shown_fields(list(frame.columns))}); add them (a categorical column may be empty)"
             )
-        features = self.encoder.transform(frame, source=source)  # errors name the table being predicted
-        return BatchedTensorDataset(features), list(range(len(frame)))
+        return frame
+
+    def check_rows(self, frame: "pd.DataFrame") -> None:
+        """One ``ValueError`` naming every value of raw rows no numeric column takes ("row 3, column 'age': true is
+        not a number"), or a missing feature column: the MLflow model's check of a request before it predicts."""
+        if cells := bad_numbers(self.encoder, self._feature_frame(frame, "the table")):
+            raise ValueError(bad_numbers_message(NAME, cells))
+
+    def prediction_notes(self, frame: "pd.DataFrame | None" = None) -> dict[str, list[str]]:
+        """The predictions' column ``unknown_categories`` (``plan='gold'; region=<missing>``: values that took the
+        ``<unknown>`` slot) of raw rows, or (``None``) of ``predict_path``'s last read; none when no row has one."""
+        rows = None if frame is None else self._feature_frame(frame, "the table")
+        notes = self._new_data_notes if rows is None else unknown_categories(self.encoder, rows)
+        return {UNKNOWN_COLUMN: notes} if any(notes) else {}
 
     def raw_examples(self, count: int = 5) -> "pd.DataFrame":
         """The first ``count`` rows of the data file's feature columns, as read (the target left out)."""

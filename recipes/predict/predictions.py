@@ -12,17 +12,23 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
-from datamodules.recipe_contract import id_name_of, prediction_ids_of
+from datamodules.recipe_contract import check_rows_of, id_name_of, prediction_ids_of, prediction_notes_of
 from lightning_modules.recipe_contract import prediction_columns_of
 from recipes.tracking.tracked_run import tracked_run
 
 
 def prediction_table(
-    pl_module: Any, datamodule: Any, outputs: Tensor, ids: Sequence[Any] | None = None
+    pl_module: Any,
+    datamodule: Any,
+    outputs: Tensor,
+    ids: Sequence[Any] | None = None,
+    notes: dict[str, list[Any]] | None = None,
 ) -> tuple[list[str], list[list[Any]]]:
     """Header and rows of the predictions CSV: the id column (the data module's ``id_name``, e.g. ``row`` or
     ``path``, with ``ids`` or else its ``prediction_ids``), then the task's ``prediction_columns``
-    (``prediction``, ``prob_<class>``), or ``output_0..k`` for a task without them."""
+    (``prediction``, ``prob_<class>``), or ``output_0..k`` for a task without them, then the data's notes on the
+    rows (``notes`` or else its ``prediction_notes`` of the new data it read: ``unknown_categories`` of a table
+    with categories the model was not trained on)."""
     columns = prediction_columns_of(pl_module, outputs, datamodule)
     if columns is None:
         width = outputs.shape[1]
@@ -32,6 +38,8 @@ def prediction_table(
     id_name = id_name_of(datamodule)
     if len(ids) != len(outputs):
         ids, id_name = list(range(len(outputs))), "row"
+    notes = prediction_notes_of(datamodule) if notes is None else notes
+    columns = {**columns, **{name: list(values) for name, values in notes.items() if len(values) == len(outputs)}}
     header = [id_name, *columns]
     rows = [list(row) for row in zip(ids, *columns.values())]
     return header, rows
@@ -118,10 +126,12 @@ def gather_in_sample_order(outputs: Tensor | None, batch_indices: Sequence[Any] 
 @torch.no_grad()
 def predict_frame(task: pl.LightningModule, datamodule: Any, frame: Any) -> Any:
     """The predictions table of raw rows without a Trainer (the MLflow model's ``predict``): the data module's
-    ``frame_data`` preprocesses them as at training time, the task's ``predict_step`` runs in eval mode batch by
-    batch, and the columns are those of ``recipes predict``'s CSV. Returns a pandas DataFrame."""
+    ``check_rows`` refuses them naming every bad row and column, ``frame_data`` preprocesses them as at training
+    time, the task's ``predict_step`` runs in eval mode batch by batch, and the columns are those of ``recipes
+    predict``'s CSV (``unknown_categories`` included, when a row has one). Returns a pandas DataFrame."""
     import pandas as pd
 
+    check_rows_of(datamodule, frame)
     dataset, ids = datamodule.frame_data(frame)
     loader = datamodule.inference_loader(dataset)
     was_training = task.training
@@ -136,5 +146,5 @@ def predict_frame(task: pl.LightningModule, datamodule: Any, frame: Any) -> Any:
     finally:
         task.train(was_training)
     outputs = torch.cat(batches) if batches else torch.empty(0, 1)
-    header, rows = prediction_table(task, datamodule, outputs, ids)
+    header, rows = prediction_table(task, datamodule, outputs, ids, prediction_notes_of(datamodule, frame))
     return pd.DataFrame(rows, columns=header)

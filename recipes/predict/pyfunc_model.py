@@ -9,7 +9,13 @@ network's module importable), as ``mlflow models serve --env-manager local`` has
 
 Bad input (a feature column missing, a NaN or a text in a numeric column, an unreadable image path) is refused by
 the data module's own checks; ``predict`` raises their message as one line in an ``MlflowException`` with
-``INVALID_PARAMETER_VALUE``, which MLflow's scoring server answers with HTTP 400 (no traceback).
+``INVALID_PARAMETER_VALUE``, which MLflow's scoring server answers with HTTP 400 (no traceback). A request is
+predicted whole or refused whole: for a table, the line names every bad value by row and column (``row 3, column
+'age': true is not a number``; a boolean is not a number, a missing number is refused; the first 100 named, the
+others counted). A category the model was not trained on, or a missing one, is predicted with the column's
+``<unknown>`` slot, as in training, and the answer says so in an extra column ``unknown_categories``
+(``plan='gold'; region=<missing>``, empty for the other rows), present when some row has one, as in the CSV of
+``recipes predict``.
 """
 
 from __future__ import annotations

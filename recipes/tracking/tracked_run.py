@@ -133,7 +133,8 @@ class TrackedRun:
     ) -> tuple[str | None, str | None]:
         """Log an MLflow pyfunc model "from code" (``code_path``) as an MLflow 3 logged model ``name`` of this run
         (``recipes.tracking.logged_model``), with a signature inferred from ``input_example`` (inputs, outputs; its input columns optional,
-        so the model's own check names a missing one), and
+        so the model's own check names a missing one, and columns of numbers typed Any, so that MLflow's server
+        hands the model a JSON ``true`` or ``null`` as it was sent, for its check to name), and
         register it as a new version of ``registered_model_name`` when given. ``best`` (monitored metric, its best
         value) picks the step whose metrics are linked to the model (the best checkpoint's); without it, the run's
         last logged step. Returns the model's URI (``models:/<model id>``) and the registered version (``None`` when
@@ -142,7 +143,7 @@ class TrackedRun:
         ``MLFLOW_TRACKING_URI`` it exports) stay as they are."""
         import mlflow
         from mlflow.models import ModelSignature, infer_signature
-        from mlflow.types.schema import ColSpec, Schema
+        from mlflow.types.schema import AnyType, ColSpec, DataType, Schema
 
         from recipes.tracking.logged_model import (
             MODEL_URI_PREFIX, best_step, last_step, log_logged_model, register_logged_model,
@@ -157,8 +158,15 @@ class TrackedRun:
                 signature = infer_signature(input_example[0], input_example[1])
             columns = signature.inputs.inputs
             if all(isinstance(c, ColSpec) for c in columns):
-                # optional columns: a missing one reaches the model's own check, whose error names it in one line
-                inputs = Schema([ColSpec(c.type, c.name, required=False) for c in columns])
+                # optional columns: a missing one reaches the model's own check, whose error names it in one line;
+                # a column of numbers is typed Any: MLflow's server casts to the type before the model sees a row (a
+                # JSON true becomes 1, a null is refused naming no row), the model's check names every bad value
+                numbers = {DataType.integer, DataType.long, DataType.float, DataType.double, DataType.boolean}
+                inputs = Schema([
+                    ColSpec(AnyType() if isinstance(c.type, DataType) and c.type in numbers else c.type, c.name,
+                            required=False)
+                    for c in columns
+                ])
                 signature = ModelSignature(inputs=inputs, outputs=signature.outputs)
         self.flush_metrics()  # the metrics to link are in the store
         step = self._write(lambda: best_step(client, run_id, *best)) if best is not None else None

@@ -1,7 +1,13 @@
 """Bad input to the logged MLflow model (issue 31, point 7): one line in an MlflowException with
-INVALID_PARAMETER_VALUE, which `mlflow models serve` answers with HTTP 400 and no traceback."""
+INVALID_PARAMETER_VALUE, which `mlflow models serve` answers with HTTP 400 and no traceback. Issue 53: the line names
+every bad row and column (a boolean in a numeric column is not a number, also after MLflow's JSON parsing), and a
+category the model was not trained on, or a missing one, is predicted with the column's `<unknown>` slot and named in
+the response's `unknown_categories` column, as in the CSV of `recipes predict`."""
 
 from __future__ import annotations
+
+import json
+import warnings
 
 import mlflow
 import numpy as np
@@ -11,7 +17,7 @@ from mlflow.exceptions import MlflowException
 
 from recipes.cli import main
 from recipes.predict.model_logging import MODEL_TAG
-from tests.conftest import CONFIGS, REPO
+from tests.conftest import CONFIGS, REPO, working_directory
 from tests.served_models import invoke, served_model
 
 TABULAR = CONFIGS / "tabular_mlp.yaml"
@@ -27,6 +33,14 @@ def churn(clean_workdir):
     model = mlflow.pyfunc.load_model("models:/churn/1")
     raw = pd.read_csv(REPO / "data" / "churn.csv").drop(columns=["churn"]).head(3)
     return directory, model, raw
+
+
+@pytest.fixture(scope="module")
+def churn_server(churn):
+    """`mlflow models serve` of the `churn` model, started once for the module's tests of the real server."""
+    directory, _, _ = churn
+    with served_model(directory, "models:/churn/1") as port:
+        yield port
 
 
 def with_nan(raw: pd.DataFrame) -> pd.DataFrame:
@@ -63,12 +77,12 @@ def test_the_model_refuses_a_missing_column_and_a_text_in_a_number_column_in_one
 
 
 @pytest.mark.slow
-def test_mlflow_models_serve_answers_bad_input_with_http_400_and_no_traceback(churn):
-    directory, _, raw = churn
-    with served_model(directory, "models:/churn/1") as port:
-        status, good = invoke(port, raw)
-        nan_status, nan = invoke(port, with_nan(raw))
-        missing_status, missing = invoke(port, raw.drop(columns=["age"]))
+def test_mlflow_models_serve_answers_bad_input_with_http_400_and_no_traceback(churn, churn_server):
+    _, _, raw = churn
+    port = churn_server  # started once for the module (the issue 53 test below asks the same server)
+    status, good = invoke(port, raw)
+    nan_status, nan = invoke(port, with_nan(raw))
+    missing_status, missing = invoke(port, raw.drop(columns=["age"]))
     assert status == 200 and len(good["predictions"]) == 3
     for code, body in ((nan_status, nan), (missing_status, missing)):
         assert code == 400 and body["error_code"] == "INVALID_PARAMETER_VALUE"
@@ -80,6 +94,96 @@ def test_mlflow_models_serve_answers_bad_input_with_http_400_and_no_traceback(ch
     assert "'monthly_charges'" in nan_line and "NaN" in nan_line and "fill or drop" in nan_line
     # the signature's columns are optional: the model's own check names the missing column and the fix
     assert "['age']" in missing_line and "add them" in missing_line
+
+
+
+# --- issue 53: every bad row and column named, unseen and missing categories said so ------------------------------
+def six_rows() -> pd.DataFrame:
+    return pd.read_csv(REPO / "data" / "churn.csv").drop(columns=["churn"]).head(6)
+
+
+def with_bad_cells() -> pd.DataFrame:
+    """Six raw rows, four of them with a value no numeric column takes (as MLflow parses JSON `true` and `null`)."""
+    bad = six_rows().astype({"tenure_months": object, "monthly_charges": object, "support_calls": object})
+    bad.loc[1, "tenure_months"] = True  # an integer column
+    bad.loc[2, "age"] = None  # a missing number
+    bad.loc[3, "support_calls"] = False
+    bad.loc[4, "monthly_charges"] = "cheap"
+    return bad
+
+
+def with_unknown_categories() -> pd.DataFrame:
+    rows = six_rows()
+    rows.loc[1, "plan"] = "gold"  # the train split has basic, premium, ...: never gold
+    rows.loc[2, "region"] = None  # a missing category
+    rows.loc[3, ["plan", "payment"]] = ["gold", "crypto"]
+    return rows
+
+
+UNKNOWN_NOTES = ["", "plan='gold'", "region=<missing>", "plan='gold'; payment='crypto'", "", ""]
+
+
+def assert_names_every_bad_cell(line: str) -> None:
+    assert "\n" not in line and line.startswith("loopwise model: bad input: TabularDataModule: 4 value(s) ")
+    for cell in ("row 1, column 'tenure_months': true is not a number",
+                 "row 2, column 'age': a missing value",
+                 "row 3, column 'support_calls': false is not a number",
+                 "row 4, column 'monthly_charges': 'cheap' is not a number"):
+        assert cell in line
+    assert "row 0" not in line and "row 5" not in line
+
+
+def test_the_model_names_every_bad_row_and_column_and_refuses_a_boolean_as_a_number(churn):
+    _, model, _ = churn
+    assert_names_every_bad_cell(refusal(lambda: model.predict(with_bad_cells())))
+    # the scoring server's own parsing of a JSON body (it casts columns to the signature's types before predict)
+    from mlflow.pyfunc.scoring_server import invocations
+
+    body = json.dumps({"dataframe_split": json.loads(with_bad_cells().to_json(orient="split", index=False))})
+    with pytest.raises(MlflowException) as caught:
+        invocations(body, "application/json", model, model.metadata.get_input_schema())
+    assert caught.value.get_http_status_code() == 400
+    assert_names_every_bad_cell(caught.value.message.rsplit("\nError: ", 1)[1])
+
+
+def test_an_unseen_or_missing_category_is_predicted_with_the_unknown_slot_and_named_as_recipes_predict_does(churn):
+    directory, model, _ = churn
+    rows = with_unknown_categories()
+    predicted = model.predict(rows)
+    assert list(predicted.columns) == ["row", "prediction", "prob_no", "prob_yes", "unknown_categories"]
+    assert predicted["unknown_categories"].tolist() == UNKNOWN_NOTES
+    # the <unknown> slot: any other unseen value (or a missing one) gives the same numbers
+    other = rows.copy()
+    other.loc[1, "plan"], other.loc[2, "region"], other.loc[3, ["plan", "payment"]] = None, "atlantis", ["x", "y"]
+    assert model.predict(other)["prob_yes"].to_numpy() == pytest.approx(predicted["prob_yes"].to_numpy(), abs=1e-7)
+    clean = model.predict(six_rows())
+    assert list(clean.columns) == ["row", "prediction", "prob_no", "prob_yes"]  # nothing unknown: no such column
+    assert clean["prob_yes"].tolist()[4:] == predicted["prob_yes"].tolist()[4:]
+    assert clean["prob_yes"][1] != pytest.approx(predicted["prob_yes"][1], abs=1e-4)
+    # recipes predict: the same column in its CSV and one warning (a `recipes: warning:` line on the terminal)
+    rows.to_csv(directory / "unknown.csv", index=False)
+    with working_directory(directory), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["predict", "-c", str(TABULAR), "--ckpt_path", "best", "--data.init_args.predict_path", "unknown.csv",
+              "--predictions_path", "unknown-out.csv"])
+    written = pd.read_csv(directory / "unknown-out.csv", keep_default_na=False)
+    assert written["unknown_categories"].tolist() == UNKNOWN_NOTES
+    assert written["prob_yes"].to_numpy() == pytest.approx(predicted["prob_yes"].to_numpy(), abs=1e-6)
+    assert [str(w.message) for w in caught if "unknown_categories" in str(w.message)] == [
+        "TabularDataModule: 3 of 6 row(s) of 'unknown.csv' have a category the model was not "
+        "trained on or a missing one, predicted with the column's <unknown> slot (first: row 1, plan='gold'); the "
+        "predictions name them in the column unknown_categories"
+    ]
+
+
+@pytest.mark.slow
+def test_the_served_model_names_every_bad_row_in_one_400_and_says_which_categories_were_unknown(churn_server):
+    status, body = invoke(churn_server, with_bad_cells())  # JSON true and null, as a client sends them
+    assert status == 400 and body["error_code"] == "INVALID_PARAMETER_VALUE" and "stack_trace" not in body
+    assert_names_every_bad_cell(body["message"].rsplit("\nError: ", 1)[1])
+    status, body = invoke(churn_server, with_unknown_categories())
+    assert status == 200
+    assert [row["unknown_categories"] for row in body["predictions"]] == UNKNOWN_NOTES
 
 
 IMAGE_RECIPE = """\
