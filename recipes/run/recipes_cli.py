@@ -26,7 +26,9 @@ import datamodules  # noqa: F401  (registers the data modules for short class na
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
 from datamodules.recipe_contract import new_data_settings_of, predicts_new_data, settings_outside_split
 from lightning_modules.recipe_contract import monitor_mode_of, monitor_of
-from lightning_modules.compat import ConfigDumpWithInitArgs, SubcommandErrorHook, skip_batch_hooks
+from lightning_modules.compat import (
+    ConfigDumpWithInitArgs, SubcommandErrorHook, mlflow_logger_run_created, skip_batch_hooks,
+)
 from lightning_modules.no_op_profiler import NoOpProfiler
 from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
@@ -46,6 +48,8 @@ from recipes.checkpoints.run_lock import RunLocked, hold_run_lock
 from recipes.run.record import RunRecord
 from recipes.checkpoints.data_guard import ALLOW_TAG, DataChange, DataSettingsChanged, guard_data_settings
 from recipes.tracking.uris import TrackingServerUnreachable
+from recipes.tracking.logger import RecipeLogger
+from recipes.tracking.run_creation import is_store_error, run_creation_refusal
 from recipes.run.learning_rate_check import check_learning_rate_args, check_learning_rates
 from recipes.run.trainer_settings import check_trainer_settings
 from recipes.tracking.config import (
@@ -349,7 +353,11 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
 
     # --- run --------------------------------------------------------------------------------------------------
     def on_subcommand_error(self, subcommand: str, error: Exception) -> None:
-        """A config, data or checkpoint error before any loop started is an input error (one line, exit 2)."""
+        """A config, data or checkpoint error before any loop started is an input error (one line, exit 2); so is a
+        tracking store that refuses to create the run (``recipes.tracking.run_creation``: nothing was trained)."""
         if isinstance(error, INPUT_ERRORS) and not loop_started(self.trainer):
             raise RecipeInputError(concise_error(error)) from error
+        logger = self.trainer.logger if self.trainer is not None else None
+        if isinstance(logger, RecipeLogger) and not mlflow_logger_run_created(logger) and is_store_error(error):
+            raise RecipeInputError(run_creation_refusal(tracking_uri(self.subcommand_config), error)) from None
         raise error
