@@ -14,7 +14,7 @@ from typing import Any
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from recipes.checkpoints.choice import choose_checkpoint, describe_run_file
-from recipes.checkpoints.fetched import fetch_checkpoint
+from recipes.checkpoints.fetched import check_download_size, download_checked, fetch_checkpoint
 from recipes.checkpoints.files import CheckpointError, run_stamp
 from recipes.checkpoints.history_rank import CommandMetric
 from recipes.checkpoints.run_stamp import RESUMED_FROM_TAG
@@ -59,8 +59,9 @@ def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_
 
     The file lands in ``<root>/<experiment>/<run_id>/downloaded/<alias>-<random>/checkpoints/<alias>.ckpt``, a new
     directory every time, so it never overwrites a file (nor the run's own ``best.ckpt``/``last.ckpt``).
-    Raises ``FileNotFoundError`` when the run or the artifact does not exist. The old id of a run that ``recipes
-    sync`` recreated names the recreated run.
+    Raises ``FileNotFoundError`` when the run or the artifact does not exist, ``CheckpointError`` when it is larger
+    than the download limit (``fetched.check_download_size``, before anything is fetched). The old id of a run that
+    ``recipes sync`` recreated names the recreated run.
     """
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
@@ -74,17 +75,20 @@ def download_run_checkpoint(run_id: str, alias: str, root: str | Path, tracking_
     except MlflowException as err:
         raise FileNotFoundError(f"{ref}: no MLflow run {run_id!r} in {masked_url(uri)}") from err
     artifact = f"{CHECKPOINT_ARTIFACT_DIR}/{alias}.ckpt"
-    present = {a.path for a in client.list_artifacts(run_id, CHECKPOINT_ARTIFACT_DIR)}
+    listed = {a.path: a for a in client.list_artifacts(run_id, CHECKPOINT_ARTIFACT_DIR)}
+    present = set(listed)
     if artifact not in present:
         has = ", ".join(sorted(present)) or "no checkpoints"
         raise FileNotFoundError(f"{ref}: run {run_id} has no artifact {artifact} ({has})")
     experiment = client.get_experiment(run.info.experiment_id)
     name = experiment.name if experiment is not None else "unknown"
     base = Path(root) / name / run_id / "downloaded"
+    check_download_size(listed[artifact].file_size, artifact, run_id, ref.removeprefix("--ckpt_path "), base)
     base.mkdir(parents=True, exist_ok=True)
     target = tempfile.mkdtemp(prefix=f"{alias}-{datetime.now().strftime('%Y%m%d-%H%M%S')}-", dir=base)
     try:
-        local = client.download_artifacts(run_id, artifact, target)
+        local = download_checked(client, run_id, artifact, listed[artifact].file_size, Path(target),
+                                 ref.removeprefix("--ckpt_path "))
     except (MlflowException, OSError) as err:
         raise FileNotFoundError(f"{ref}: could not download {artifact}: {err}") from err
     return str(Path(local).resolve())

@@ -23,12 +23,14 @@ import math
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from recipes.checkpoints.fetched import download_checked
 from recipes.checkpoints.files import CheckpointError, load_checkpoint_weights_only
 
 BEST_FILE = "best.ckpt"
@@ -225,7 +227,7 @@ def _restore_best(
 def fetch_from_store(tracking_uri: str, run_id: str, into: Path) -> Path | None:
     """A copy of run ``run_id``'s artifact ``checkpoints/best.ckpt`` (found by its old id when ``recipes sync``
     recreated the run) downloaded into ``into``; ``None`` when the store has no such run or file, or does not
-    answer."""
+    answer, or the file is above the download limit (``fetched.download_checked``; then with one warning)."""
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
@@ -238,9 +240,14 @@ def fetch_from_store(tracking_uri: str, run_id: str, into: Path) -> Path | None:
         if found is None:
             return None
         artifact = f"{CHECKPOINT_ARTIFACT_DIR}/{BEST_FILE}"
-        if artifact not in {a.path for a in client.list_artifacts(found, CHECKPOINT_ARTIFACT_DIR)}:
+        listed = {a.path: a for a in client.list_artifacts(found, CHECKPOINT_ARTIFACT_DIR)}
+        if artifact not in listed:
             return None
-        return Path(client.download_artifacts(found, artifact, str(into)))
+        return download_checked(client, found, artifact, listed[artifact].file_size, into, f"run:{run_id}/best")
+    except CheckpointError as err:  # above the download limit: said, and the best restarts without that file
+        warnings.warn(str(err).replace("nothing was downloaded", "the resumed run's best.ckpt was not downloaded"),
+                      stacklevel=2)
+        return None
     except (MlflowException, OSError):
         return None
 

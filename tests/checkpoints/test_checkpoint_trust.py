@@ -171,3 +171,29 @@ def test_a_refused_pickle_says_what_loopwise_accepts_and_never_advises_loading_i
             assert f"{Note.__module__}.Note" in err and "tensors and plain values" in err, err
         else:
             assert "TorchScript" in err, err
+
+
+# --- a download's size limit -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("reference", ["mlflow:{run}/best", "run:{run}/best", "best"])
+def test_a_download_above_the_limit_is_refused_before_anything_is_fetched(two_runs, tmp_path, monkeypatch, capsys,
+                                                                           reference):
+    """``LOOPWISE_MAX_DOWNLOAD_MB`` below the size of the store's copy: one line with the size, the limit and the
+    variable, checked from the store's listing before anything is downloaded."""
+    better = two_runs["better"]
+    ref = reference.format(run=better)
+    (artifact,) = (two_runs["shared"] / "artifacts").glob(f"{better}/artifacts/checkpoints/best.ckpt")
+    size = artifact.stat().st_size
+    code, out, err = run_recipe(tmp_path, two_runs["uri"], monkeypatch, capsys, "test", "-c", str(SPIRAL), *TEST,
+                                "--ckpt_path", ref, env={"LOOPWISE_MAX_DOWNLOAD_MB": "0.01"})
+    assert code == 2, out[-2000:] + err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"recipes: error: --ckpt_path {ref}: "), err
+    assert f"checkpoints/best.ckpt of run {better} is {size / 1e6:,.2f} MB" in lines[0], lines[0]
+    assert "above the download limit of 0.01 MB (LOOPWISE_MAX_DOWNLOAD_MB)" in lines[0], lines[0]
+    assert list(tmp_path.rglob("*.ckpt")) == []  # nothing was downloaded
+
+    code, out, err = run_recipe(tmp_path, two_runs["uri"], monkeypatch, capsys, "test", "-c", str(SPIRAL), *TEST,
+                                "--ckpt_path", ref, env={"LOOPWISE_MAX_DOWNLOAD_MB": "lots"})
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "LOOPWISE_MAX_DOWNLOAD_MB='lots': expected a number of megabytes" in lines[0], lines[0]
