@@ -46,15 +46,37 @@ def find_class_names(root: str | os.PathLike) -> list[str]:
         return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
 
 
-def find_images(folder: str | os.PathLike) -> list[str]:
+def class_folders(root: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """The class folders of ``root`` by the layout its real path has (a root that is a link is followed once):
+    ``(class names, links back)``, the visible sub-folders (``find_class_names``) without the ones whose real path is
+    the root itself or a folder above it (a link back to the root, as a second ``ln -s <folder> <link>`` puts inside
+    the folder: it would hold every image again, as a class of its own), and those names. Raises ``ValueError`` when
+    two class folders are one folder (its images would get two labels)."""
+    real_root = os.path.realpath(root)
+    names, back, reals = [], [], {}
+    for name in find_class_names(root):
+        real = os.path.realpath(os.path.join(root, name))
+        if real == real_root or real_root.startswith(os.path.join(real, "")):
+            back.append(name)
+            continue
+        if real in reals:
+            raise ValueError(f"class folders {reals[real]!r} and {name!r} are the same folder ({real}): its images "
+                             "would have two labels; remove one of them")
+        reals[real] = name
+        names.append(name)
+    return names, back
+
+
+def find_images(folder: str | os.PathLike, outside: Sequence[str] = ()) -> list[str]:
     """Paths of the image files under ``folder`` and its visible sub-folders, in sorted (deterministic) order.
 
     Links to folders are followed (a class folder may link to images kept elsewhere), but no folder is visited
     twice by its real path: a link back to a folder already walked (a loop, or a second link to the same images)
-    is skipped, so every image is found once.
+    is skipped, so every image is found once. Nor is a folder of ``outside`` (real paths: the image root and the
+    other class folders) entered: a link to one never brings another class's images into this one.
     """
     found = []
-    seen = {os.path.realpath(folder)}
+    seen = {os.path.realpath(folder), *outside}
     for directory, subdirs, files in os.walk(folder, followlinks=True):
         kept = []
         for name in sorted(d for d in subdirs if not d.startswith(".")):

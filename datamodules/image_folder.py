@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Literal, Sequence
 
@@ -20,7 +21,7 @@ from datamodules.image_files import (
     DecodedImages,
     as_size,
     check_image,
-    find_class_names,
+    class_folders,
     find_images,
     base64_thumbnail,
     find_images_to_predict,
@@ -152,7 +153,14 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
             raise FileNotFoundError(f"{name}: root folder {str(root)!r} does not exist")
         if not root.is_dir():
             raise ValueError(f"{name}: root {str(root)!r} is not a folder")
-        classes = find_class_names(root)
+        try:
+            classes, back = class_folders(root)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+        if back:
+            warnings.warn(f"{name}: {', '.join(map(repr, back))} under {str(root)!r} links back to the image root "
+                          f"({os.path.realpath(root)}): not a class, skipped (a second `ln -s <folder> <link>` puts "
+                          "such a link inside the folder; remove it)", stacklevel=3)
         if not classes:
             raise ValueError(
                 f"{name}: no class folders under {str(root)!r}; expected one sub-folder of images per class "
@@ -172,11 +180,12 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         root = Path(os.path.expanduser(self.root))
         paths: list[str] = []
         labels: list[int] = []
+        reals = [os.path.realpath(root), *(os.path.realpath(root / c) for c in self.class_names)]
         for label, class_name in enumerate(self.class_names):
             folder = root / class_name
             if not folder.is_dir():
                 raise FileNotFoundError(f"{name}: class folder {str(folder)!r} no longer exists")
-            files = find_images(folder)
+            files = find_images(folder, [r for r in reals if r != reals[label + 1]])  # none of another class
             if not files:
                 raise ValueError(
                     f"{name}: class folder {str(folder)!r} has no images (looked for {', '.join(IMAGE_SUFFIXES)} "
