@@ -19,8 +19,11 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +35,54 @@ from fsspec.implementations.local import LocalFileSystem
 from lightning_modules.compat import CheckpointPath, strategy_checkpoint_io_is_set
 
 TEMP_SUFFIX = ".tmp"
+# ``.<name>.<pid>@<host>.<mkstemp's random part>.tmp``: whose temp file it is, so a later process removes it once its
+# writer is gone (a kill -9 during a save leaves it); mkstemp's random part holds no dot
+TEMP_FILE = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)@(?P<host>.+)\.[A-Za-z0-9_]+" + re.escape(TEMP_SUFFIX))
+# a temp file of an older loopwise names no writer: removed once it is this old (no save takes an hour to write)
+UNNAMED_TEMP_AGE_S = 3600
+_CLEANED: set[Path] = set()  # the directories this process removed leftovers from (once each)
+
+
+def remove_leftover_temp_files(directory: Path) -> list[Path]:
+    """Remove the temp files that saves killed mid-write (``kill -9``, a power loss) left in ``directory``: those of a
+    process of this host that no longer exists, and unnamed ones over an hour old; another host's, or a live process's,
+    are left to it. A temp file is hidden and ends in ``.tmp``, so nothing reads it as a checkpoint either way. Returns
+    the files removed."""
+    from recipes.tracking.abandoned_runs import process_exists  # noqa: PLC0415
+
+    removed, host, now = [], socket.gethostname(), time.time()
+    try:
+        candidates = [p for p in Path(directory).glob(f".*{TEMP_SUFFIX}") if p.is_file()]
+    except OSError:
+        return removed
+    for path in candidates:
+        writer = TEMP_FILE.fullmatch(path.name)
+        try:
+            if writer is not None:
+                if writer["host"] != host or process_exists(int(writer["pid"])):
+                    continue
+            elif now - path.stat().st_mtime < UNNAMED_TEMP_AGE_S:
+                continue
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save(obj, path)`` that never leaves a partial file at ``path``: temp file in the same directory,
     fsync, ``os.replace``, fsync of the directory. On any error the temp file is removed and ``path`` is untouched.
+    The first save into a directory removes the temp files of saves killed there before
+    (``remove_leftover_temp_files``).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
+    if target.parent not in _CLEANED:
+        _CLEANED.add(target.parent)
+        remove_leftover_temp_files(target.parent)
+    prefix = f".{target.name}.{os.getpid()}@{socket.gethostname()}."
+    fd, temp_name = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             torch.save(obj, handle)
@@ -149,7 +191,8 @@ def _fsync_directory(directory: Path) -> None:
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` whose local writes are atomic: temp file in the checkpoint's directory, fsync,
     ``os.replace``. A crash while saving leaves the previous checkpoint intact and no temp file behind (a hard kill
-    can leave a hidden ``.<name>.*.tmp`` next to it, never a truncated checkpoint).
+    can leave a hidden ``.<name>.<pid>@<host>.*.tmp`` next to it, never a truncated checkpoint; the next save into
+    that folder, or the next run start there, removes it).
 
     Recipes use it by default (``recipes.run.recipes_cli.RecipesCLI``), for every strategy; a ``CheckpointIO`` given in
     ``trainer.plugins`` or to the strategy replaces it. With a plain ``lightning.Trainer``:
@@ -187,5 +230,6 @@ __all__ = [
     "CheckpointDiskFull",
     "atomic_torch_save",
     "disk_full_error",
+    "remove_leftover_temp_files",
     "with_atomic_checkpoint_io",
 ]

@@ -12,6 +12,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_modules.compat import checkpoint_state_key, epoch_batches_done, skip_batch_hooks
+from recipes.checkpoints.atomic_io import remove_leftover_temp_files
 from recipes.checkpoints.resumed_best import ResumedBest, describe_resume, fetch_from_store, repointed, restore_best
 from recipes.tracking.logger import find_mlflow_logger
 from recipes.tracking.tracked_run import tracked_run
@@ -143,6 +144,8 @@ class RunCheckpoint(ModelCheckpoint):
             # under DDP only rank 0 knows the MLflow run id (other ranks' loggers have none): every rank takes
             # rank 0's directory, so the ranks agree on where best/last live (rank 0 writes the files)
             self.dirpath = trainer.strategy.broadcast(dirpath)
+        if trainer.is_global_zero:  # a save killed here before (kill -9) left its temp file: gone at this start
+            remove_leftover_temp_files(Path(self.dirpath))
         with warnings.catch_warnings():
             # the folder is this run's own (its journal, lock and upload ledger, a resume's checkpoints): Lightning's
             # "exists and is not empty" warning, meant for a folder shared by runs, said nothing on every fit
