@@ -43,6 +43,7 @@ from recipes.tracking.database_urls import (
     with_installed_driver,
 )
 from recipes.tracking.failures import fast_http_failures, short_reason
+from recipes.tracking.abandoned_runs import close_before_reading
 from recipes.tracking.pending_replay import replay_before_reading
 from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server, default_tracking_uri
 
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         check_tracking_server(uri)  # a server: one request, a few seconds at most, its reason in a few words
         with fast_http_failures(uri):
             replay_before_reading(uri, args.checkpoints_dir, PROG)  # the store written behind the journals
+            close_before_reading(uri, PROG)  # runs (and sweep parents) whose processes are gone: KILLED
             client = MlflowClient(tracking_uri=uri)
             if args.sweep:
                 from recipes.compare.study import show_sweep  # noqa: PLC0415

@@ -26,8 +26,9 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from recipes.tracking.abandoned_runs import HOST_TAG, PID_TAG, WORKER_TAG_PREFIX, process_exists, worker_tag
+from recipes.tracking.sweep_counts import ABANDONED_TRIALS_ATTR
 
-ABANDONED_ATTR = "loopwise.abandoned_trials"
+ABANDONED_ATTR = ABANDONED_TRIALS_ATTR  # defined where a later command reads it to count a dead sweep's trials
 DIED = "died"  # the worker tag of a process that ended without saying so (kill -9, out of memory)
 
 

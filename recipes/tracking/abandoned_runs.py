@@ -8,14 +8,21 @@ was reused: leaving a run RUNNING is the safe mistake).
 
 A sweep's parent run has many processes, its workers: each tags it ``loopwise.worker/<host>/<pid>`` (``running``,
 then ``ended``; ``recipes.sweep.workers``). It is abandoned when none of them is still ``running`` and alive: a
-worker of another host, or a live one, keeps it open.
+worker of another host, or a live one, keeps it open. Closed, it gets its final trial counts
+(``recipes.tracking.sweep_counts``: the study's when its storage can be read, else its trials' runs').
+
+A fit closes those of its experiment when it starts (``close_abandoned_runs``); ``recipes compare`` those of every
+experiment before it reads the store (``close_before_reading``), after the journals are replayed.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 from typing import Any
+
+from recipes.tracking.sweep_counts import record_final_counts
 
 HOST_TAG = "loopwise.host"
 PID_TAG = "loopwise.pid"
@@ -80,7 +87,20 @@ def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
         found = client.get_experiment_by_name(experiment)
         if found is None:
             return []
-        running = client.search_runs([found.experiment_id], "attributes.status = 'RUNNING'")
+    except MlflowException:
+        return []
+    return [run_id for run_id, _ in close_abandoned_in(client, [found.experiment_id])]
+
+
+def close_abandoned_in(client: Any, experiment_ids: list[str]) -> list[tuple[str, str]]:
+    """End KILLED the abandoned RUNNING runs of the experiments ``experiment_ids`` (see the module); each closed
+    run's id and a line saying what was done."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+
+    if not experiment_ids:
+        return []
+    try:
+        running = client.search_runs(experiment_ids, "attributes.status = 'RUNNING'")
     except MlflowException:
         return []
     host, closed = socket.gethostname(), []
@@ -100,16 +120,45 @@ def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
             reason = (f"process {pid} on {host} ended without closing the run (kill -9, out of memory, power loss); "
                       "marked KILLED by a later command. `--ckpt_path last` resumes it from its last checkpoint, "
                       "if any.")
-        mark_abandoned(client, run.info.run_id, reason)
-        client.set_terminated(run.info.run_id, "KILLED")
-        closed.append(run.info.run_id)
+        run_id = run.info.run_id
+        mark_abandoned(client, run_id, reason)
+        if workers is not None:
+            counts = record_final_counts(client, run)
+            line = (f"sweep run {run_id} (study {tags.get('loopwise.sweep.study', '?')!r}): every worker is gone; "
+                    f"marked KILLED with its trial counts: {counts}")
+        else:
+            line = f"run {run_id} was left RUNNING by a process that no longer exists: marked KILLED"
+        client.set_terminated(run_id, "KILLED")
+        closed.append((run_id, line))
     return closed
+
+
+def close_before_reading(tracking_uri: str, prog: str) -> None:
+    """For a command about to read the store (``recipes compare``): close the abandoned runs of every experiment
+    (``close_abandoned_in``), one line each on stderr (``prog`` first); a store that refuses the writes is said in
+    one line, and the command goes on reading what the store holds."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    try:
+        client = MlflowClient(tracking_uri)
+        ids = [e.experiment_id for e in client.search_experiments(max_results=50000)]
+        closed = close_abandoned_in(client, ids)
+    except Exception as err:  # noqa: BLE001  (the command reads the store as it is; its own errors follow)
+        from recipes.tracking.failures import short_reason  # noqa: PLC0415
+
+        print(f"{prog}: runs left RUNNING by processes that no longer exist were not closed ({short_reason(err)}); "
+              "the store shows them RUNNING", file=sys.stderr)
+        return
+    for _, line in closed:
+        print(f"{prog}: {line}", file=sys.stderr)
 
 
 __all__ = [
     "ABANDONED_TAG",
     "WORKER_TAG_PREFIX",
+    "close_abandoned_in",
     "close_abandoned_runs",
+    "close_before_reading",
     "mark_abandoned",
     "process_exists",
     "process_tags",

@@ -164,3 +164,61 @@ def test_a_worker_killed_mid_trial_leaves_the_record_optunas_and_its_trial_kille
     journaled = {(key, e["step"]) for e in read_journal(journal) if e["kind"] == "metrics" for key in e["values"]}
     stored = {(key, m.step) for key in killed.data.metrics for m in client.get_metric_history(killed.info.run_id, key)}
     assert journaled and journaled <= stored  # every value the dead worker logged, no sync needed
+
+
+@pytest.mark.slow
+def test_compare_closes_a_sweep_parent_whose_workers_are_all_gone_with_the_studys_counts(workdir, capsys):
+    """Issue 53: every worker of a sweep killed (kill -9): `recipes compare` ends the parent run KILLED, its counts
+    read from the study (the dead worker's RUNNING trial counted as interrupted), and the trial's run KILLED."""
+    from recipes.compare.command import main as compare_main
+
+    assert sweep("--n_trials", "1", "--trainer.max_epochs", "1") == 0  # trial 0 complete
+    worker = start_sweep(workdir, "--n_trials", "2")
+    deadline = time.monotonic() + 180
+    while len(list((workdir / "checkpoints" / "spiral_mlp").glob("*/last.ckpt"))) < 2:  # trial 1 training
+        assert worker.poll() is None and time.monotonic() < deadline, worker.communicate()
+        time.sleep(0.2)
+    worker.kill()
+    worker.wait(timeout=60)
+    capsys.readouterr()
+    assert compare_main(["--experiment", "spiral_mlp", "--stage", "all", "--format", "csv"]) == 0
+    err = capsys.readouterr().err
+    runs = runs_of(workdir, "spiral_mlp")
+    [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
+    assert parent.info.status == "KILLED" and "every worker of this sweep" in parent.data.tags["loopwise.abandoned"]
+    counts = {key: parent.data.metrics[f"trials_{key}"] for key in ("complete", "pruned", "failed", "interrupted")}
+    assert counts == {"complete": 1, "pruned": 0, "failed": 0, "interrupted": 1}
+    assert [r.info.status for r in runs if r.data.tags.get("loopwise.stage") == "fit"] == ["FINISHED", "KILLED"]
+    assert f"sweep run {parent.info.run_id}" in err and "1 complete, 1 interrupted (the study's)" in err
+
+
+def test_compare_closes_a_dead_sweep_parent_with_its_child_runs_counts_when_the_study_cannot_be_read(workdir, capsys):
+    """The parent's storage is a URL whose password was masked in its params (or the study is gone): the counts are
+    those of its trials' runs."""
+    import socket
+
+    from recipes.compare.command import main as compare_main
+    from recipes.tracking.abandoned_runs import WORKER_TAG_PREFIX
+    from tests.conftest import mlflow_client
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    client = mlflow_client(workdir)
+    experiment = client.create_experiment("spiral_mlp")
+    parent = client.create_run(experiment, tags={
+        "loopwise.stage": "sweep", "loopwise.sweep.role": "parent", "loopwise.sweep.study": "s",
+        f"{WORKER_TAG_PREFIX}{socket.gethostname()}/{dead.pid}": "running"}).info.run_id
+    client.log_param(parent, "sweep.storage", "postgresql://team:***@127.0.0.1:1/optuna")
+    children = [("FINISHED", {}), ("FINISHED", {}), ("KILLED", {"loopwise.sweep.pruned": "epoch 1: val/acc 0.5"}),
+                ("FAILED", {"loopwise.sweep.failure": "ValueError: no"}), ("KILLED", {"loopwise.sweep.failure": "interrupted"})]
+    for number, (status, tags) in enumerate(children):
+        run = client.create_run(experiment, tags={"loopwise.stage": "fit", "mlflow.parentRunId": parent,
+                                                  "loopwise.sweep.study": "s", "loopwise.sweep.trial": str(number), **tags})
+        client.log_metric(run.info.run_id, "val/loss", 0.5)
+        client.set_terminated(run.info.run_id, status)
+    assert compare_main(["--experiment", "spiral_mlp", "--stage", "all", "--format", "csv"]) == 0
+    closed = client.get_run(parent)
+    assert closed.info.status == "KILLED"
+    counts = {key: closed.data.metrics[f"trials_{key}"] for key in ("complete", "pruned", "failed", "interrupted")}
+    assert counts == {"complete": 2, "pruned": 1, "failed": 1, "interrupted": 1}
+    assert "(its trials' runs)" in capsys.readouterr().err
