@@ -23,7 +23,8 @@ def load_digit_images() -> tuple[Tensor, Tensor]:
         from sklearn.datasets import load_digits
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "DigitsDataModule needs scikit-learn (it ships the digits data): pip install scikit-learn"
+            "DigitsDataModule needs scikit-learn (it ships the digits data): pip install 'loopwise[recipes]' "
+            "(or pip install scikit-learn)"
         ) from err
     digits = load_digits()
     images = torch.as_tensor(digits.images, dtype=torch.float32).unsqueeze(1)

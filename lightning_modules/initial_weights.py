@@ -176,8 +176,12 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
         raise ValueError(f"init_from: {file} is empty (0 bytes); point init_from at the weights: "
                          "torch.save(network.state_dict(), path)")
     if suffix in SAFETENSORS_SUFFIXES:
-        from safetensors import SafetensorError  # noqa: PLC0415
-        from safetensors.torch import load_file  # noqa: PLC0415
+        try:
+            from safetensors import SafetensorError  # noqa: PLC0415
+            from safetensors.torch import load_file  # noqa: PLC0415
+        except ImportError:
+            raise ImportError(f"init_from: {file.name} is a safetensors file, and reading one needs safetensors: "
+                              "pip install 'loopwise[recipes]' (or pip install safetensors)") from None
 
         try:
             return load_file(str(file), device="cpu")

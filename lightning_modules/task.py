@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
 import torch
 from lightning.pytorch import Callback, LightningModule
-from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
+from torch.optim import Optimizer
 from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
@@ -38,6 +38,10 @@ from lightning_modules.train_step_logging import TrainStepLogging
 
 STAGES = ("train", "val", "test")
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity")
+
+#: ``optimizer``'s type: the parameter groups -> the optimizer; Lightning's ``cli.OptimizerCallable``, written here so
+#: that importing a task imports neither Lightning's CLI nor jsonargparse
+OptimizerCallable = Callable[[Iterable], Optimizer]
 
 
 class Task(QuickHookNameWrites, LightningModule):

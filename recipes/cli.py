@@ -12,13 +12,22 @@ import sys
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from recipes.callbacks.stop_evaluation_on_signal import EvaluationStopped
-from recipes.checkpoints.atomic_io import CheckpointDiskFull
-from recipes.checkpoints.run_lock import release_run_locks
-from recipes.run.errors import RecipeInputError
-from recipes.run.process_settings import process_settings_kept
-from recipes.run.recipes_cli import RecipesCLI
-from recipes.tracking.hidden_passwords import passwords_hidden_in_output
+#: the packages of the ``loopwise[recipes]`` extra that the command imports (``pip install loopwise`` has none)
+RECIPES_EXTRA = frozenset({"jsonargparse", "mlflow", "optuna", "optuna_integration", "sqlalchemy", "yaml", "psutil",
+                           "matplotlib", "docstring_parser", "typeshed_client"})
+try:
+    from recipes.callbacks.stop_evaluation_on_signal import EvaluationStopped
+    from recipes.checkpoints.atomic_io import CheckpointDiskFull
+    from recipes.checkpoints.run_lock import release_run_locks
+    from recipes.run.errors import RecipeInputError
+    from recipes.run.process_settings import process_settings_kept
+    from recipes.run.recipes_cli import RecipesCLI
+    from recipes.tracking.hidden_passwords import passwords_hidden_in_output
+except ModuleNotFoundError as missing:  # the modules were installed without the command's stack
+    if (missing.name or "").split(".")[0] not in RECIPES_EXTRA:
+        raise
+    raise SystemExit(f"recipes: error: the recipes command needs its extra ({missing.name} is not installed): "
+                     "pip install 'loopwise[recipes]'") from None
 
 COMMANDS = """recipes commands:
   fit        train a recipe:                   recipes fit -c configs/spiral_mlp.yaml
