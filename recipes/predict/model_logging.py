@@ -82,10 +82,13 @@ class MlflowModel(Callback):
             input_example=example,
             registered_model_name=self.register_as,
             best=best,
+            uri_tag=MODEL_TAG,
         )
         self.model_uri, self.version = info
         if self.model_uri is None:  # the store failed (its one warning was printed): nothing more to write to it
-            print("recipes: MLflow model not logged: the tracking store failed", file=sys.stderr)
+            print("recipes: MLflow model not logged: the tracking store failed; it is kept in the run's checkpoint "
+                  "folder (model/) and logged by `recipes sync` (or the next command that reads the store)",
+                  file=sys.stderr)
             return
         run.set_tag(MODEL_TAG, self.model_uri)
         registered = f", registered as {self.register_as} version {self.version}" if self.version else ""

@@ -135,7 +135,7 @@ class ServerCatchUp:
                 client = self.client()
                 client.get_run(self.run_id)  # the probe: one cheap read, bounded by the HTTP timeout
                 wait_for_queued_writes(client)  # batches queued before the outage land first: none written twice
-                result.add(replay(read_journal(self.journal), client, self.run_id))
+                result.add(replay(read_journal(self.journal), client, self.run_id, folder=self.journal.parent))
             except Exception:  # noqa: BLE001  (still away: the journal keeps everything)
                 return False
             with self._state:

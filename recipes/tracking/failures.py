@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from recipes.tracking.database_urls import masked_url
+from recipes.tracking.sqlite_store import sqlite_database_path
 from recipes.tracking.warning_lines import one_line_warnings
 
 # the recipe process's HTTP settings for a tracking server (a value the user set in the environment wins)
@@ -129,6 +130,13 @@ def store_failure_message(uri: str, err: BaseException | str, journal: Any, catc
     """The one warning about a store that refused a write: which store, why, that training goes on, what to do.
     ``catches_up``: a tracking server that the run catches up with by itself once it answers again
     (``recipes.tracking.catch_up``)."""
+    database = sqlite_database_path(uri)
+    if database is not None and not database.exists():  # SQLite says "readonly database" for a deleted file too
+        return (
+            f"the tracking store stopped accepting writes: {database} was deleted (the file is missing); training goes "
+            f"on and the run's record is kept in {journal}. Restore the file from a backup, or let `recipes sync` "
+            "create a new store after the run and recreate the run in it."
+        )
     if is_read_only(err):
         where = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else uri
         return (

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from recipes.tracking.abandoned_runs import ABANDONED_TAG, HOST_TAG, PID_TAG, mark_abandoned, process_exists
+from recipes.tracking.end_of_run import replay_end_of_run
 from recipes.tracking.held_metrics import INVALID_NAME
 from recipes.tracking.journal_lines import read_entries
 
@@ -159,7 +160,7 @@ class ReplaySummary:
     params: int = 0
     tags: int = 0
     status: str | None = None
-    texts: int = 0
+    texts: int = 0  # artifacts: the journal's texts (config.yaml), the figures and model the end of the run kept
     metric_values_held: int = 0  # the journal's (key, step) values the store already held: never written again
     params_kept: int = 0  # held by the store with another value (MLflow params never change)
     tags_kept: int = 0  # held by the store with another value set after the journal's entry
@@ -172,7 +173,7 @@ class ReplaySummary:
 
     def describe(self) -> str:
         counts = f"{self.metric_values} metric value(s), {self.params} param(s), {self.tags} tag(s)"
-        texts = f", {self.texts} text artifact(s)" if self.texts else ""
+        texts = f", {self.texts} artifact(s)" if self.texts else ""
         status = f", status {self.status}" if self.status else ""
         if self.wrote_nothing():
             line = f"run {self.run_id}: nothing written ({counts})"
@@ -198,13 +199,14 @@ class JournalRecord:
     tags: dict[str, tuple[str, int | None]]  # the last value of each (loopwise.checkpoint_step changes)
     texts: dict[str, str]
     status: dict[str, Any] | None  # the last "status" entry after the last "start"
+    end_of_run: list[dict[str, Any]]  # "artifact" and "model" entries: what the end wrote beside a store that was down
     attempt: dict[str, Any] | None  # the last "start" entry, if the journal records them
     last_time: int  # the newest time of any entry
 
     @classmethod
     def of(cls, entries: list[dict[str, Any]], origin: str | None, run_id: str) -> JournalRecord:
         """Merge ``entries``; tag values naming ``origin`` (a recreated run's old id) name ``run_id`` instead."""
-        record = cls({}, {}, {}, {}, None, None, 0)
+        record = cls({}, {}, {}, {}, None, [], None, 0)
         for entry in entries:
             kind, at = entry.get("kind"), entry.get("time")
             record.last_time = max(record.last_time, int(at or 0))
@@ -226,6 +228,8 @@ class JournalRecord:
                     record.tags[key] = (text, int(at) if at is not None else None)
             elif kind == "status":
                 record.status = entry
+            elif kind in ("artifact", "model"):
+                record.end_of_run.append(entry)
         return record
 
 
@@ -255,7 +259,8 @@ class StoreRecord:
         return cls(steps, elsewhere, max(int(run.info.end_time or 0), elsewhere))
 
 
-def replay(entries: list[dict[str, Any]], client: Any, run_id: str, origin: str | None = None) -> ReplaySummary:
+def replay(entries: list[dict[str, Any]], client: Any, run_id: str, origin: str | None = None,
+           folder: Path | None = None) -> ReplaySummary:
     """Merge the journal ``entries`` into run ``run_id``: never over state the store got later (``StoreRecord``).
 
     * a metric value at a (key, step) the store holds is never written again;
@@ -268,7 +273,8 @@ def replay(entries: list[dict[str, Any]], client: Any, run_id: str, origin: str 
       later command guessed for this attempt's process (``loopwise.abandoned``) yields to the status it wrote.
 
     ``origin``: the id the journal's run had when the run was recreated under ``run_id`` (tag values naming it name
-    ``run_id`` instead)."""
+    ``run_id`` instead). ``folder``: the run's folder, which holds what the end of the run kept while the store was
+    down (a figure, the MLflow model: ``end_of_run.replay_end_of_run``), written after the metrics."""
     from mlflow.entities import Metric, RunTag  # noqa: PLC0415
 
     summary = ReplaySummary(run_id)
@@ -303,6 +309,7 @@ def replay(entries: list[dict[str, Any]], client: Any, run_id: str, origin: str 
     summary.metric_values = len(missing)
     summary.metric_values_held = len(journal.metrics) - len(missing)
     summary.texts = replay_texts(journal.texts, client, run_id)
+    summary.texts += replay_end_of_run(journal.end_of_run, client, run_id, folder)
     replay_status(journal, store, run, client, summary)
     return summary
 

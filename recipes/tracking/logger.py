@@ -30,6 +30,7 @@ from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, shor
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from recipes.tracking.uris import default_tracking_uri
 from recipes.tracking.experiment_kind import mark_experiment_kind
+from recipes.tracking.end_of_run import context_tags
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
 ASYNC_BUFFER_ENV = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
@@ -156,9 +157,13 @@ class RecipeLogger(MLFlowLogger):
         """Whether the run's journal is open (a recipe fit is running)."""
         return self._journal is not None
 
+    def journal_path(self) -> Path | None:
+        """The open journal's file (``None`` when none is): its folder keeps what the store could not take."""
+        return self._journal.path if self._journal is not None else None
+
     def journal_run_id(self) -> str | None:
         """The id of the run whose journal is open (its folder's name), ``None`` when none is."""
-        return self._journal.path.parent.name if self._journal is not None else None
+        return path.parent.name if (path := self.journal_path()) is not None else None
 
     def record(self, kind: str, **data: Any) -> None:
         """Append to the journal (once the run exists and a journal folder was given)."""
@@ -171,13 +176,11 @@ class RecipeLogger(MLFlowLogger):
                 if is_server_uri(self.store_uri):  # caught up with by itself once the server is back
                     self._catch_up = ServerCatchUp(lambda: self.experiment, str(self.run_id), self._journal.path,
                                                    self.store_uri, self._resume_store_writes, self.store_failed)
-                if self.tags:
-                    self._journal.record("tags", values=dict(self.tags))
+                self._journal.record("tags", values=context_tags(self.tags))  # mlflow.user: a recreated run's too
             self._journal.record(kind, **data)
 
     def store_failed(self, error: BaseException | str) -> None:
-        """A write the store refused: warn once (one line: ``recipes.tracking.failures``); training goes on, and
-        from now on writes only to the journal, so no later call waits on the store."""
+        """A write the store refused: warn once (``failures``); training goes on, writing only to the journal."""
         with self._failure_lock:
             if self.store_failure is not None:
                 return
@@ -259,15 +262,13 @@ class RecipeLogger(MLFlowLogger):
         return self._steps_before_resume
 
     def checkpoint_saved(self) -> None:
-        """A checkpoint is being saved: the journal is fsynced on its worker thread (the write-ahead log: a replay
-        restores what the store lacks); the held metrics go to the store when they are due, as between saves. The
-        training thread waits neither for the disk nor for the store (``recipes.tracking.write_behind``)."""
+        """A checkpoint is being saved: the journal (the write-ahead log) is fsynced on its worker thread, the held
+        metrics go when due; the training thread waits for neither disk nor store (``write_behind``)."""
         if mlflow_logger_run_created(self):
             self._behind.checkpoint_saved(self._journal)
 
     def flush_metrics(self) -> None:
-        """Write every metric logged so far now: the held ones synchronously, then MLflow's asynchronous queue (when
-        anything went into it since the last flush)."""
+        """Write every metric logged so far now: the held ones synchronously, then MLflow's asynchronous queue."""
         if mlflow_logger_run_created(self):
             self._behind.flush(self._journal)
 

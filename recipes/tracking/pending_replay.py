@@ -118,7 +118,7 @@ def replay_pending(tracking_uri: str, checkpoints_dir: str | Path = "checkpoints
         except MlflowException:  # not this store's run (`recipes sync` recreates it where it belongs)
             continue
         seen.add(folder)
-        summary = replay(entries, client, path.parent.name)
+        summary = replay(entries, client, path.parent.name, folder=path.parent)
         mark_replayed(path, tracking_uri)
         if not summary.wrote_nothing():
             lines.append(summary.describe())

@@ -123,7 +123,7 @@ def sync_journal(client: Any, tracking_uri: str, path: Path, report: SyncReport)
             if earlier
             else client.create_run(experiment_id, tags={REPLAYED_FROM_TAG: run_id}).info.run_id
         )
-    summary = replay(entries, client, target, run_id if target != run_id else None)
+    summary = replay(entries, client, target, run_id if target != run_id else None, folder)
     if target == run_id:  # the next command that reads this store need not replay it (pending_replay.py)
         mark_replayed(path, tracking_uri)
     line = summary.describe()

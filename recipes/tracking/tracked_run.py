@@ -15,6 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.loggers import MLFlowLogger
 
+from recipes.tracking.end_of_run import keep_figure, keep_model
 from recipes.tracking.failures import lost_insert_race
 from recipes.tracking.logger import find_mlflow_logger
 
@@ -101,8 +102,12 @@ class TrackedRun:
             record("text", name=artifact_file, text=text)
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
-        """Write a matplotlib figure as the run artifact ``artifact_file`` (a PNG name)."""
-        self._write(lambda: self.logger.experiment.log_figure(self.logger.run_id, figure, artifact_file))
+        """Write a matplotlib figure as the run artifact ``artifact_file`` (a PNG name); a store that is down gets it
+        from the replay of the run's journal (``end_of_run.keep_figure``)."""
+        written = self._write(lambda: self.logger.experiment.log_figure(self.logger.run_id, figure, artifact_file)
+                              or True)
+        if not written and getattr(self.logger, "store_failure", None) is not None:
+            keep_figure(self.logger, figure, artifact_file)
 
     def log_file(self, local_path: str, artifact_dir: str | None = None) -> None:
         """Copy a local file into the run's artifacts (under ``artifact_dir``)."""
@@ -130,6 +135,7 @@ class TrackedRun:
         registered_model_name: str | None = None,
         name: str = "model",
         best: tuple[str, float] | None = None,
+        uri_tag: str | None = None,
     ) -> tuple[str | None, str | None]:
         """Log an MLflow pyfunc model "from code" (``code_path``) as an MLflow 3 logged model ``name`` of this run
         (``recipes.tracking.logged_model``), with a signature inferred from ``input_example`` (inputs, outputs; its input columns optional,
@@ -139,7 +145,8 @@ class TrackedRun:
         value) picks the step whose metrics are linked to the model (the best checkpoint's); without it, the run's
         last logged step. Returns the model's URI (``models:/<model id>``) and the registered version (``None`` when
         not registered); a store that refuses it is the run's store failure (one warning, the fit goes on: ``None,
-        None``). Only this run's client is used: MLflow's global tracking URI (and the
+        None``), and with ``uri_tag`` (the run tag naming the model's URI) the model is kept in the run's folder, logged,
+        tagged and registered by the replay of its journal (``end_of_run.keep_model``). Only this run's client is used: MLflow's global tracking URI (and the
         ``MLFLOW_TRACKING_URI`` it exports) stay as they are."""
         import mlflow
         from mlflow.models import ModelSignature, infer_signature
@@ -194,7 +201,11 @@ class TrackedRun:
                 registered_model_name is not None) else None  # fmt: skip
             return f"{MODEL_URI_PREFIX}{model_id}", version
 
-        return self._write(log, (None, None))
+        logged = self._write(log)
+        if logged is None and uri_tag is not None and getattr(self.logger, "store_failure", None) is not None:
+            keep_model(self.logger, save, {"name": name, "best": list(best) if best else None, "tags": checkpoint,
+                                           "registered_model_name": registered_model_name, "uri_tag": uri_tag})
+        return logged or (None, None)
 
     def logged_params(self) -> dict[str, str]:
         """The params the run holds now (as MLflow stores them: strings)."""

@@ -197,8 +197,9 @@ def test_a_run_recreated_by_sync_keeps_its_artifacts_checkpoints_and_resume(work
         a.path for a in client.list_artifacts(new_id, "checkpoints")}  # fmt: skip
     assert {"config.yaml", "checkpoints/best.ckpt", "checkpoints/last.ckpt"} <= artifacts
     # the model is an MLflow 3 logged model, a record of the store (issue 30): a store gone when the fit ended holds
-    # none (the fit said so and went on), and sync does not log one
-    assert "loopwise.model_uri" not in run.data.tags
+    # none then; the fit kept it beside the journal and sync logs it into the recreated run (issue 53 reversed the
+    # earlier "sync does not log one")
+    assert run.data.tags["loopwise.model_uri"].startswith("models:/")
     assert (workdir / "checkpoints" / "spiral_mlp" / new_id).resolve() == folder.resolve()
     again = recipes(workdir, "sync")
     assert "0 metric value(s), 0 param(s), 0 tag(s)" in again.stdout and again.stdout.count("recipes sync:") == 1
