@@ -36,6 +36,7 @@ from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
 from recipes.checkpoints.locations import UNTRAINED, evaluates_as_built, resolve_checkpoint
 from recipes.checkpoints.history_rank import command_metric
 from recipes.run.data_sizes import DataSizeError, DataSizes, class_at, data_size_error
+from recipes.run.processor_match import warn_if_processor_differs
 from recipes.run.device_settings import DeviceSettingError, apply_device_settings
 from recipes.tracking.evaluation_link import link_evaluation_run
 from recipes.run.initial_weights import load_task_initial_weights
@@ -269,6 +270,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
                 raise RecipeInputError(str(size_error)) from err
             raise RecipeInputError(concise_error(size_error or err)) from err
         self.data_sizes.prune_hyperparameters(self.model)
+        if self.subcommand == "fit":  # a processor other than the pretrained network's: one warning line
+            warn_if_processor_differs(self.model, self.datamodule)
         cfg = self.subcommand_config
         if cfg is not None and not cfg.get("ckpt_path"):  # a restored checkpoint brings its own weights
             try:
