@@ -77,6 +77,23 @@ def mark_abandoned(client: Any, run_id: str, reason: str) -> None:
     client.log_batch(run_id, tags=[RunTag(ABANDONED_TAG, reason)], synchronous=True)
 
 
+def unmark_abandoned(tracking_uri: str, run_id: str) -> bool:
+    """A run resumed (``--ckpt_path last``) goes on: the ``loopwise.abandoned`` tag that said why a later command
+    ended it KILLED no longer holds and is removed (a resume killed again is tagged again by the command after it);
+    whether it was there. A store that refuses it leaves the tag (the run's own writes say what failed)."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    client = MlflowClient(tracking_uri)
+    try:
+        if ABANDONED_TAG not in client.get_run(run_id).data.tags:
+            return False
+        client.delete_tag(run_id, ABANDONED_TAG)
+    except MlflowException:
+        return False
+    return True
+
+
 def close_abandoned_runs(tracking_uri: str, experiment: str) -> list[str]:
     """End KILLED the RUNNING runs of ``experiment`` whose process on this host is gone; their ids."""
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
@@ -162,6 +179,7 @@ __all__ = [
     "mark_abandoned",
     "process_exists",
     "process_tags",
+    "unmark_abandoned",
     "worker_tag",
     "workers_alive",
 ]

@@ -18,8 +18,9 @@ from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from recipes.tracking.abandoned_runs import close_abandoned_runs, process_tags
+from recipes.tracking.abandoned_runs import close_abandoned_runs, process_tags, unmark_abandoned
 from recipes.tracking.database_urls import with_installed_driver
 from recipes.tracking.registered_model_name import check_registered_model_name
 from recipes.tracking.sqlite_store import prepare_sqlite_store
@@ -206,3 +207,5 @@ def start_tracked_run(
                 logger.keep_journal(Path(cfg.checkpoints_dir) / experiment_name(cfg))
             logger.add_tags(tags)
             logger.reopen()
+            if logger.resumed and rank_zero_only.rank == 0:  # it goes on: no longer abandoned (its journal replayed)
+                unmark_abandoned(tracking_uri(cfg), str(logger.run_id))
