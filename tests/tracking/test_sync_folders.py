@@ -135,3 +135,18 @@ def test_two_syncs_at_once_on_a_new_store_take_turns(fitted, workdir):
         for (out, err), code in results:
             assert code == 0 and "Traceback" not in err, f"attempt {attempt}: {out}{err[-3000:]}"
         assert len(runs_of(workdir, "spiral_mlp")) == 1  # recreated once: the second sync found it complete
+
+
+def test_a_folder_named_no_run_id_whose_journal_names_no_run_is_reported_not_recreated(fitted, workdir):
+    """A journal written before its start entries named the run: only its folder's name could say which run it is."""
+    folder = copy_run(fitted, workdir, name="it's mine")
+    journal = folder / JOURNAL_NAME
+    journal.write_text(journal.read_text().replace(f', "run_id": "{fitted.name}"', ""))
+    code, out, err = sync(workdir)
+    assert code == 0 and "Traceback" not in err, err
+    assert runs_of(workdir, "spiral_mlp") == []
+    (reported,) = [line for line in err.splitlines() if "it's mine" in line]
+    assert reported == (f"recipes: warning: {Path('checkpoints') / 'spiral_mlp' / folder.name} is not named after a "
+                        "run id and its journal names no run: not replayed; name the folder after its run's id to "
+                        "replay it")
+    assert "0 replayed, 0 already complete, 1 skipped" in out
