@@ -257,7 +257,7 @@ def test_sync_to_a_store_that_does_not_answer_is_one_line_before_any_write(tmp_p
     port = free_port()  # nothing listens there
     uri = f"postgresql://team:s3cret@127.0.0.1:{port}/mlflow" if scheme == "postgresql" else f"http://127.0.0.1:{port}"
     assert sync_main(["--checkpoints_dir", str(tmp_path / "checkpoints"), "--tracking_uri", uri]) == 2
-    (line,) = capsys.readouterr().out.strip().splitlines()
+    (line,) = capsys.readouterr().err.strip().splitlines()  # errors on stderr, as every recipes command writes them
     assert line.startswith("recipes: error: ") and "does not answer" in line and "s3cret" not in line
 
 
