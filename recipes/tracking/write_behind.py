@@ -18,7 +18,8 @@ Every metric a recipe logs goes to the run's journal at once (``recipes.tracking
   thread: one synchronous ``log_batch`` of their own per upload held the GIL for about 10 ms of SQLAlchemy work while
   the training thread waited for it (``benchmarks/instruction_counts.py``);
 * synchronously, when every value must be in the store now (``flush``: the end of the run, a logged model's metric
-  link): the held values, then MLflow's asynchronous queue.
+  link): MLflow's asynchronous queue first, then the held values (a tag queued earlier, such as an older
+  ``loopwise.checkpoint_step``, never lands after the newer value and overwrites it).
 
 MLflow's own asynchronous path is used rather than a writer thread of loopwise's: queuing a batch costs the training
 thread a queue put and a future (tens of microseconds); the cost of MLflow's path was its flush at every save.
@@ -70,6 +71,12 @@ class WriteBehind:
             return
         if not synchronous:
             self.queued = True
+        elif self.queued:  # MLflow's queue first: a batch it still holds would land after this one, its older tag
+            self.queued = False  # values (loopwise.checkpoint_step 44 over 66) over the newer ones written now
+            try:
+                wait_for_queued_writes(self._client())
+            except Exception as err:  # noqa: BLE001
+                self._failed(err)
         with self._lock:  # the upload thread holds checkpoint facts too: nothing added while the batches are taken
             batches = self.held.take()
         try:
