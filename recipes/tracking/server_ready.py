@@ -27,7 +27,9 @@ PROBE_INTERVAL_S = 1.0
 
 
 def server_wait_s() -> float:
-    """The longest wait for a starting server's API: ``LOOPWISE_SERVER_WAIT_S`` seconds (a number >= 0), else 30."""
+    """The longest wait for a starting server's API: ``LOOPWISE_SERVER_WAIT_S`` seconds (a number >= 0), else 30 (a
+    value that is not such a number is one warning line, and the default is used: every command reads it, and none
+    should stop over it)."""
     text = os.environ.get(SERVER_WAIT_ENV, "").strip()
     if not text:
         return DEFAULT_SERVER_WAIT_S
@@ -36,8 +38,10 @@ def server_wait_s() -> float:
     except ValueError:
         value = -1.0
     if not value >= 0:  # also NaN
-        raise ValueError(f"{SERVER_WAIT_ENV}={text!r} is not a number of seconds >= 0: set it to how long a command "
-                         f"waits for a starting tracking server's API (default {DEFAULT_SERVER_WAIT_S:g}), or unset it")
+        print(f"recipes: warning: {SERVER_WAIT_ENV}={text!r} is not a number of seconds >= 0; a starting tracking "
+              f"server is waited for up to {DEFAULT_SERVER_WAIT_S:g} s (set it to a number, or unset it)",
+              file=sys.stderr, flush=True)
+        return DEFAULT_SERVER_WAIT_S
     return value
 
 

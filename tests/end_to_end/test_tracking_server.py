@@ -91,7 +91,8 @@ def test_the_first_command_after_a_server_starts_waits_until_its_api_answers(tmp
                                                                               monkeypatch, capsys) -> None:
     """Issue 53: a server just started answers ``/health`` while its API does not answer yet (its store still busy:
     here the test holds the server's SQLite store locked for a few seconds after ``/health`` answers). The command
-    waits for the API (at most ``LOOPWISE_SERVER_WAIT_S`` seconds, 30 by default) instead of failing at once."""
+    waits for the API (at most ``LOOPWISE_SERVER_WAIT_S`` seconds, 30 by default or when it is not a number) instead
+    of failing at once."""
     import sqlite3
     import threading
 
@@ -107,7 +108,7 @@ def test_the_first_command_after_a_server_starts_waits_until_its_api_answers(tmp
             main(sync)
         assert done.value.code == 2
         assert f"recipes: error: the MLflow tracking server at {server.uri} does not answer" in "".join(capsys.readouterr())
-        monkeypatch.delenv("LOOPWISE_SERVER_WAIT_S")  # the default: 30 s
+        monkeypatch.setenv("LOOPWISE_SERVER_WAIT_S", "soon")  # not a number: one warning, the default (30 s)
         release = threading.Timer(8.0, lambda: store.execute("COMMIT"))
         release.start()
         started = time.monotonic()
@@ -119,6 +120,7 @@ def test_the_first_command_after_a_server_starts_waits_until_its_api_answers(tmp
         assert done.value.code == 0, out + err
         assert "does not answer" not in out + err and 6.0 < waited < 30.0
         assert f"recipes: waiting for the MLflow tracking server at {server.uri}" in err
+        assert "recipes: warning: LOOPWISE_SERVER_WAIT_S='soon' is not a number of seconds >= 0" in err
     finally:
         store.close()
         server.stop()
