@@ -16,10 +16,8 @@ from recipes.tracking.database_urls import (
     with_installed_driver,
 )
 from recipes.tracking.hidden_passwords import remember_password
-from recipes.tracking.failures import fast_http_failures, is_server_uri, short_reason
-
-SERVER_CHECK_TIMEOUT_S = 5
-
+from recipes.tracking.server_ready import wait_until_server_ready
+from recipes.tracking.failures import is_server_uri, short_reason
 
 class TrackingServerUnreachable(ConnectionError):
     """The MLflow tracking server or database named by the tracking URI does not answer (or has no driver here)."""
@@ -56,15 +54,13 @@ def check_tracking_server(uri: str) -> None:
     if not is_server_uri(uri):
         return
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
-    from mlflow.tracking import MlflowClient  # noqa: PLC0415
     from requests.exceptions import RequestException  # noqa: PLC0415
 
     try:
-        with fast_http_failures(uri, retries=0, timeout_s=SERVER_CHECK_TIMEOUT_S):
-            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        wait_until_server_ready(uri)  # /health, then the API: a server still starting is waited for (server_ready.py)
     except (MlflowException, RequestException, OSError) as err:
         raise TrackingServerUnreachable(
-            f"the MLflow tracking server at {masked_url(uri)} does not answer ({short_reason(err)}); start it (`mlflow server --host "
-            "127.0.0.1 --port <port> ...`), fix MLFLOW_TRACKING_URI / trainer.logger.init_args.tracking_uri, or "
-            "unset it to track in ./mlflow.db"
+            f"the MLflow tracking server at {masked_url(uri)} does not answer ({short_reason(err)}); start it "
+            "(`mlflow server --host 127.0.0.1 --port <port> ...`), fix MLFLOW_TRACKING_URI / trainer.logger.init_args."
+            "tracking_uri, or unset it to track in ./mlflow.db"
         ) from None
