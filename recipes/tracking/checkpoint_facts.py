@@ -18,7 +18,7 @@ from typing import Any
 
 from recipes.tracking.abandoned_runs import HOST_TAG  # the machine that writes the run
 
-FACT_NAMES = ("epoch", "step", "monitor", "mode", "value", "time")
+FACT_NAMES = ("epoch", "step", "monitor", "mode", "value", "time")  # each a tag loopwise.<alias>.<name>
 USER_TAG = "mlflow.user"  # set by MLflow's context providers when the run is created
 
 
@@ -57,15 +57,29 @@ def facts_of(ckpt: Any, alias: str) -> CheckpointFacts:
                            monitor, mode, score)
 
 
+#: ``loopwise.<alias>.counting``: the numbering of the tags beside it. "messages" (this version): the epoch counted
+#: from 1, as the progress lines show it; the step of a file chosen by a metric (``best``) is the global step at which
+#: that metric value was logged (one before the checkpoint's: Lightning logs an epoch's validation at the step of its
+#: last batch), of any other (``last``) the checkpoint's global step (``loopwise.checkpoint_step``). Tags without it
+#: (earlier versions) hold the checkpoint's own numbers: the epoch from 0, the checkpoint's global step.
+COUNTING, MESSAGES = "counting", "messages"
+
+
 def facts_tags(facts: CheckpointFacts, alias: str) -> dict[str, str]:
-    """``{"loopwise.<alias>.<fact>": text}`` for the facts that are known."""
-    values = {"epoch": facts.epoch, "step": facts.step, "monitor": facts.monitor, "mode": facts.mode,
-              "value": None if facts.score is None else repr(facts.score), "time": facts.time_ms}
+    """``{"loopwise.<alias>.<fact>": text}`` for the facts that are known, numbered as the messages show them
+    (``COUNTING``)."""
+    step = facts.step
+    if step is not None and facts.monitor is not None:
+        step = max(step - 1, 0)  # the step its metric value was logged at
+    values = {"epoch": None if facts.epoch is None else facts.epoch + 1, "step": step, "monitor": facts.monitor,
+              "mode": facts.mode, "value": None if facts.score is None else repr(facts.score), "time": facts.time_ms,
+              COUNTING: MESSAGES}
     return {f"loopwise.{alias}.{name}": str(value) for name, value in values.items() if value is not None}
 
 
 def facts_from_tags(tags: dict[str, str], alias: str) -> CheckpointFacts | None:
-    """The facts a run's tags record for its uploaded ``<alias>.ckpt`` (``None``: no upload was tagged)."""
+    """The facts a run's tags record for its uploaded ``<alias>.ckpt`` (``None``: no upload was tagged), in the
+    checkpoint's own numbers (epoch from 0, the checkpoint's global step) whichever version wrote the tags."""
     found = {name: tags.get(f"loopwise.{alias}.{name}") for name in FACT_NAMES}
     if found["time"] is None and found["step"] is None:
         return None
@@ -76,8 +90,13 @@ def facts_from_tags(tags: dict[str, str], alias: str) -> CheckpointFacts | None:
         except ValueError:
             return None
 
-    return CheckpointFacts(number(found["epoch"], int), number(found["step"], int), found["monitor"],
-                           found["mode"], number(found["value"], float), number(found["time"], int))
+    epoch, step = number(found["epoch"], int), number(found["step"], int)
+    if tags.get(f"loopwise.{alias}.{COUNTING}") == MESSAGES:
+        epoch = None if epoch is None else epoch - 1
+        if step is not None and found["monitor"] is not None:
+            step += 1  # the checkpoint's, one after its metric value's
+    return CheckpointFacts(epoch, step, found["monitor"], found["mode"], number(found["value"], float),
+                           number(found["time"], int))
 
 
 def disagreements(tagged: CheckpointFacts, read: CheckpointFacts, alias: str, tags: dict[str, str]) -> list[str]:

@@ -322,8 +322,14 @@ def test_an_uploaded_checkpoint_s_facts_are_held_with_the_metrics_not_written_by
     client = mlflow_client(workdir)
     (run,) = client.search_runs([client.get_experiment_by_name("spiral_mlp").experiment_id])
     tags = run.data.tags
-    # the final files' facts (epochs counted from 0)
-    assert int(tags["loopwise.last.epoch"]) == 2 and 0 <= int(tags["loopwise.best.epoch"]) <= 2
+    # the final files' facts, numbered as the messages show them (issue 53: epochs counted from 1; the best file's
+    # step is the step its metric value was logged at; the last file's is its checkpoint's, loopwise.checkpoint_step)
+    assert int(tags["loopwise.last.epoch"]) == 3 and 1 <= int(tags["loopwise.best.epoch"]) <= 3
+    assert tags["loopwise.last.step"] == tags["loopwise.checkpoint_step"]
+    history = client.get_metric_history(run.info.run_id, tags["loopwise.best.monitor"])
+    [chosen] = [m for m in history if m.value == float(tags["loopwise.best.value"])][:1]
+    assert int(tags["loopwise.best.step"]) == chosen.step
+    assert history.index(chosen) + 1 == int(tags["loopwise.best.epoch"])  # one validation per epoch
     (journal,) = workdir.rglob(JOURNAL_NAME)
     journaled = {k: v for e in read_journal(journal) if e.get("kind") == "tags" for k, v in e["values"].items()}
     for key in ("loopwise.best.epoch", "loopwise.best.value", "loopwise.last.epoch"):
