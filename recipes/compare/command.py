@@ -21,9 +21,11 @@ A missing SQLite file, an unknown experiment, no matching runs, a metric no run 
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import sys
-from typing import Any
+from typing import Any, Literal
+
+from jsonargparse import ArgumentError, ArgumentParser, Namespace
 
 from recipes.compare.errors import PROG, CompareError
 from recipes.compare.run_filter import RunFilter, parse_filter
@@ -48,33 +50,63 @@ from recipes.tracking.pending_replay import replay_before_reading
 from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server, default_tracking_uri
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The options of ``recipes compare``."""
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Compare MLflow runs: a table per experiment with what differs, the data, and the best/last "
-        "value of the monitored metric.",
-    )
-    parser.add_argument("--experiment", metavar="NAME", help="experiment name (default: a table per experiment)")
-    parser.add_argument(
-        "--metric", metavar="NAME", help="metric to compare (default: each recipe's monitored metric, else val/loss)"
-    )
-    parser.add_argument(
-        "--tracking-uri", metavar="URI", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or ./mlflow.db)"
-    )
-    parser.add_argument("--stage", choices=STAGES, default="fit", help="runs of this stage only (default: fit)")
-    parser.add_argument("--filter", metavar="FILTER", help="MLflow search filter, e.g. \"params.lr > 0.001 and "
-                        "metrics.`val/acc` > 0.9\" (params compared with a number are compared as numbers)")
-    parser.add_argument("--sort", metavar="KEY[:asc|:desc]", help=f"row order: {', '.join(KEYS)} (default: newest "
-                        "first; best and metrics: better first)")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
-    parser.add_argument("--plot", metavar="PATH", help="also write a PNG of the metric's curves to PATH")
-    parser.add_argument("--max-runs", metavar="N", type=int, default=50,
-                        help="newest N runs per experiment (default: 50)")
-    parser.add_argument("--sweep", metavar="RUN_OR_STUDY", help="the trials of a sweep (parent run id or study name)")
-    parser.add_argument("--checkpoints-dir", metavar="DIR", default="checkpoints",
-                        help="the run journals under DIR are replayed into the store first: the last values of runs "
-                        "killed before the store had them (default: checkpoints)")
+def compare_options(  # noqa: PLR0913 - the command's options, read from this signature and docstring
+    experiment: str | None = None,
+    metric: str | None = None,
+    tracking_uri: str | None = None,
+    stage: Literal["fit", "validate", "test", "predict", "all"] = "fit",
+    filter: str | None = None,  # noqa: A002 - the option's name
+    sort: str | None = None,
+    format: Literal["table", "csv", "json"] = "table",  # noqa: A002 - the option's name
+    plot: str | None = None,
+    max_runs: int = 50,
+    sweep: str | None = None,
+    checkpoints_dir: str = "checkpoints",
+) -> None:
+    """Compare MLflow runs: a table per experiment with what differs, the data, and the best/last value of the
+    monitored metric. Every option may be spelled with dashes too (--max-runs, --tracking-uri, --checkpoints-dir).
+
+    Args:
+        experiment: experiment name (default: a table per experiment)
+        metric: metric to compare (default: each recipe's monitored metric, else val/loss)
+        tracking_uri: MLflow tracking URI (default: MLFLOW_TRACKING_URI or ./mlflow.db)
+        stage: runs of this stage only
+        filter: MLflow search filter, e.g. "params.lr > 0.001 and metrics.`val/acc` > 0.9" (params compared with a
+            number are compared as numbers)
+        sort: row order, KEY[:asc|:desc] with KEY one of best, last, start, duration, epoch, status, stage, run, data,
+            params.NAME, metrics.NAME (default: newest first; best and metrics: better first)
+        format: output format
+        plot: also write a PNG of the metric's curves to this path
+        max_runs: newest N runs per experiment
+        sweep: the trials of a sweep (parent run id or study name)
+        checkpoints_dir: the run journals under this folder are replayed into the store first: the last values of
+            runs killed before the store had them
+    """
+
+
+#: the options of ``compare_options`` spelled with dashes, as ``recipes compare`` has always taken them
+DASHED = {f"--{name.replace('_', '-')}": f"--{name}" for name in inspect.signature(compare_options).parameters
+          if "_" in name}
+
+
+def underscored(arg: str) -> str:
+    """``--max-runs`` (or ``--max-runs=3``) as ``--max_runs``; any other argument as it is."""
+    name, equals, value = arg.partition("=")
+    return DASHED.get(name, name) + equals + value
+
+
+class CompareParser(ArgumentParser):
+    """jsonargparse's parser of ``compare_options``, taking each option with dashes too (``--max-runs``)."""
+
+    def parse_args(self, args: list[str] | None = None, *more: Any, **kwargs: Any) -> Namespace:  # type: ignore[override]
+        return super().parse_args([underscored(arg) for arg in (sys.argv[1:] if args is None else args)], *more,
+                                  **kwargs)
+
+
+def build_parser() -> CompareParser:
+    """The options of ``recipes compare`` (``compare_options``); a bad one raises ``ArgumentError``."""
+    parser = CompareParser(prog=PROG, description=compare_options.__doc__.split("\n\n")[0], exit_on_error=False)
+    parser.add_function_arguments(compare_options, as_group=False)
     return parser
 
 
@@ -83,7 +115,7 @@ def _error(message: str) -> int:
     return 2
 
 
-def collect_tables(client: Any, args: argparse.Namespace, run_filter: RunFilter) -> list[RunsTable]:
+def collect_tables(client: Any, args: Namespace, run_filter: RunFilter) -> list[RunsTable]:
     """One table per experiment with matching runs, each on its own metric, rows in ``--sort`` order."""
     tables: list[RunsTable] = []
     skipped: list[str] = []
@@ -122,7 +154,7 @@ def collect_tables(client: Any, args: argparse.Namespace, run_filter: RunFilter)
     return tables
 
 
-def write_output(tables: list[RunsTable], args: argparse.Namespace) -> None:
+def write_output(tables: list[RunsTable], args: Namespace) -> None:
     """The tables on stdout as text (fitted to the terminal), CSV or JSON; notes on stderr."""
     for table in tables:
         if table.left_out:
@@ -142,7 +174,10 @@ def write_output(tables: list[RunsTable], args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``recipes compare``; ``argv`` excludes the word ``compare``. Returns the exit code."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except ArgumentError as err:  # jsonargparse's lines, as one
+        return _error(f"{' '.join(line.strip() for line in str(err).splitlines())} (recipes compare --help)")
     if args.max_runs < 1:
         return _error("--max-runs must be at least 1")
     try:

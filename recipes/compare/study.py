@@ -8,13 +8,14 @@ best so far) and per swept parameter (a log axis where the sweep sampled on one)
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from jsonargparse import Namespace
 
 from recipes.compare.errors import CompareError
 from recipes.compare.table import format_csv, format_json, format_table
@@ -125,7 +126,7 @@ def plot_sweep(rows: list[dict[str, Any]], keys: list[str], metric: str, directi
     return fig
 
 
-def show_sweep(client: Any, args: argparse.Namespace) -> int:
+def show_sweep(client: Any, args: Namespace) -> int:
     """``--sweep``: the sweep's trials, best first, as a table, CSV or JSON; ``--plot`` per trial and per value."""
     parent = find_parent(client, args.sweep, args.experiment)
     rows, keys, metric, direction = sweep_rows(client, parent)
