@@ -102,10 +102,9 @@ def test_compare_values_are_read_as_text(workdir, capsys):
 
 
 # --- sync -----------------------------------------------------------------------------------------------------------
-def test_sync_takes_each_option_with_dashes_or_underscores_and_a_bad_one_is_one_line(workdir, capsys):
-    for option in ("--checkpoints_dir", "--checkpoints-dir"):
-        assert recipes("sync", option, "nowhere", "--tracking-uri", "sqlite:///x.db", "--verbose") == 2
-        assert capsys.readouterr().err == "recipes: error: nowhere is not a folder of checkpoints (--checkpoints_dir)\n"
+def test_sync_takes_its_options_and_a_bad_one_is_one_line(workdir, capsys):
+    assert recipes("sync", "--checkpoints_dir", "nowhere", "--tracking_uri", "sqlite:///x.db", "--verbose") == 2
+    assert capsys.readouterr().err == "recipes: error: nowhere is not a folder of checkpoints (--checkpoints_dir)\n"
     for bad, says in ((["--colour"], "--colour"), (["--verbose=maybe"], "verbose"), (["--checkpoints_dir"], "")):
         code = recipes("sync", *bad)
         captured = capsys.readouterr()

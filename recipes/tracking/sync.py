@@ -142,16 +142,38 @@ def sync_journals(checkpoints_dir: Path, tracking_uri: str) -> list[str]:
     return sync_folder(checkpoints_dir, tracking_uri).lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``recipes sync [--checkpoints_dir checkpoints]``: write the journals of runs whose store failed into the store
-    (``MLFLOW_TRACKING_URI``, or ``./mlflow.db``)."""
-    import argparse  # noqa: PLC0415
+def sync_options(checkpoints_dir: str = "checkpoints", tracking_uri: str | None = None) -> None:
+    """Replay the journals of a folder of runs into the tracking store (MLFLOW_TRACKING_URI, or ./mlflow.db): a store
+    that failed during the runs, or a new store, with the checkpoint uploads an outage made fail.
 
-    parser = argparse.ArgumentParser(prog="recipes sync", description=main.__doc__)
-    parser.add_argument("--checkpoints_dir", default="checkpoints", help="Where the runs' checkpoints are.")
-    parser.add_argument("--tracking_uri", default=None, help="The store (default: MLFLOW_TRACKING_URI or ./mlflow.db).")
-    parser.add_argument("--verbose", action="store_true", help="One line per journal: what was written and kept.")
-    args = parser.parse_args(argv)
+    Args:
+        checkpoints_dir: Where the runs' checkpoints are.
+        tracking_uri: The store (default: MLFLOW_TRACKING_URI or ./mlflow.db).
+    """
+
+
+def build_parser() -> Any:
+    """The options of ``recipes sync``: ``sync_options`` and ``--verbose``; a bad one raises ``ArgumentError``."""
+    from jsonargparse import ActionYesNo, ArgumentParser  # noqa: PLC0415
+
+    parser = ArgumentParser(prog="recipes sync", description=sync_options.__doc__.split("\n\n")[0],
+                            exit_on_error=False)
+    parser.add_function_arguments(sync_options, as_group=False)
+    parser.add_argument("--verbose", action=ActionYesNo, default=False,
+                        help="One line per journal: what was written and kept.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``recipes sync [--checkpoints_dir checkpoints] [--tracking_uri URI] [--verbose]``: ``sync_options``."""
+    from jsonargparse import ArgumentError  # noqa: PLC0415
+
+    try:
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    except ArgumentError as err:  # jsonargparse's lines, as one
+        print(f"recipes sync: error: {' '.join(line.strip() for line in str(err).splitlines())} "
+              "(recipes sync --help)", file=sys.stderr, flush=True)
+        return 2
     folder = Path(args.checkpoints_dir)
     if not folder.is_dir():
         print(f"recipes: error: {folder} is not a folder of checkpoints (--checkpoints_dir)", file=sys.stderr,
