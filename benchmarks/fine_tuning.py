@@ -2,7 +2,7 @@
 
     python benchmarks/fine_tuning.py                  # 5 seeds, prints the table, writes results/fine_tuning.txt
     python benchmarks/fine_tuning.py --per-class 20 --steps 150 --batch-size 20   # more data, longer
-    python benchmarks/fine_tuning.py --seeds 2 --pretrain-epochs 4 --variants scratch pretrained   # quick
+    python benchmarks/fine_tuning.py --quick          # 2 seeds, 4 pretraining epochs, scratch and pretrained only
     python benchmarks/fine_tuning.py --network hf     # a Hugging Face ResNet through the recipes (fine_tuning_hf.py)
 
 scikit-learn's bundled 8x8 digits (no download). The pretrained network is loopwise's ``ConvNet`` trained once
@@ -23,6 +23,7 @@ Printed: the test accuracy of each variant per seed, mean and spread, and each v
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -200,12 +201,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--variants", nargs="+", default=None, help="a subset of the variants (default: all)")
     parser.add_argument("--pretrain-epochs", type=int, default=15)
     parser.add_argument("--no-write", action="store_true", help="do not write results/fine_tuning.txt")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 seeds, 4 pretraining epochs, scratch and pretrained only (checks that it runs)")
+    parser.add_argument("--json", type=Path, help="write the accuracies to this JSON file")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.pretrain_epochs, args.variants = 2, 4, args.variants or ["scratch", "pretrained"]
     result = run(args.seeds, args.per_class, args.steps, args.batch_size, args.pretrain_epochs, args.variants)
     text = table(result, args.seeds, args.steps)
     print(text)
     if not args.no_write:
         RESULTS.write_text(f"{_common.machine()}\n\n{text}\n")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str))
     return result
 
 

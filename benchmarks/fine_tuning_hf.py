@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import csv
 import io
+import json
 import os
 import statistics
 import sys
@@ -295,6 +296,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="1 seed, 2 pretraining epochs, 4 fine-tuning epochs")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the folders, runs and models here")
     parser.add_argument("--no-write", action="store_true", help="do not write results/fine_tuning_hf.txt")
+    parser.add_argument("--json", type=Path, help="write the accuracies to this JSON file")
     args = parser.parse_args(argv)
     if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
         parser.error(f"--workdir {args.workdir} is not empty: name a new or empty folder (its runs would mix with "
@@ -310,6 +312,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(text)
     if not args.no_write:
         RESULTS.write_text(f"{_common.machine()}\n\n{text}\n")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str))
     return result
 
 

@@ -3,6 +3,7 @@ what MLflow's system metrics add on top.
 
     python benchmarks/logging_overhead.py [--repeats 20] [--epochs 40] [--threads N] [--system-metrics-interval S]
                                           [--json PATH]
+    python benchmarks/logging_overhead.py --quick     # 2 rounds of 3 epochs: checks that it runs (no verdict to trust)
 
 The variants: ``mlflow`` (the logger, system metrics off), ``none`` (no logger) and ``sysmetrics`` (the logger with
 MLflow's system metrics sampled every ``--system-metrics-interval`` seconds, default 1: ten times the recipes'
@@ -111,7 +112,7 @@ def bootstrap_interval(values: list[float], level: float = 0.9, draws: int = 500
     return medians[tail], medians[draws - 1 - tail]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20, help="pairs of runs (MLflow, no logger)")
     parser.add_argument("--epochs", type=int, default=40)
@@ -119,7 +120,10 @@ def main() -> None:
     parser.add_argument("--system-metrics-interval", type=float, default=1.0,
                         help="seconds between system-metrics samples in the sysmetrics variant (0: no such variant)")
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 3 epochs (checks that it runs)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats, args.epochs = 2, 3
     set_threads(args.threads)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     instrument()

@@ -326,7 +326,7 @@ def run_recipe(work: Workload, epochs: int, workdir: Path, extra: list[str] | No
 @contextmanager
 def fits_wrapped(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
     """``lightning.pytorch.Trainer.fit`` replaced by ``wrap(fit)`` meanwhile: how the measuring scripts add a callback
-    or a profiler to both loops' trainers (``step_costs.py``, ``call_counts.py``, ``step_positions.py``)."""
+    or a profiler to both loops' trainers (the tests add a callback to ``barecomplete`` this way)."""
     import lightning.pytorch as pl
 
     original_fit = pl.Trainer.fit

@@ -4,6 +4,7 @@
     python benchmarks/recipes_table.py --write-readme  # also replaces the table in README.md
     python benchmarks/recipes_table.py spiral_mlp digits_convnet
     python benchmarks/recipes_table.py --check-reproducible digits_convnet   # twice; fails if a metric differs
+    python benchmarks/recipes_table.py --quick spiral_mlp   # 2 epochs: checks that it runs (run_all --quick)
 
 Each recipe runs as a user would run it: ``recipes fit -c configs/<recipe>.yaml`` then ``recipes test|validate
 --ckpt_path best`` in a fresh temporary directory (its own mlflow.db), and its metric is read back from MLflow.
@@ -21,6 +22,7 @@ Ridge (regression), bag-of-tokens logistic regression (text), the unigram entrop
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -53,9 +55,10 @@ def thread_arguments(threads: int) -> list[str]:
     return ["--torch_threads", str(threads) if threads > 0 else "null"]
 
 
-def run_recipe(name: str, evaluate: str, threads: int = DEFAULT_THREADS) -> tuple[dict[str, float], float]:
-    """Fit a recipe and evaluate its best checkpoint in a fresh directory; returns (metrics of the evaluation run,
-    with ``epochs`` the fit's number of epochs, and fit seconds)."""
+def run_recipe(name: str, evaluate: str, threads: int = DEFAULT_THREADS,
+               *fit_args: str) -> tuple[dict[str, float], float]:
+    """Fit a recipe (with ``fit_args`` added to its command line) and evaluate its best checkpoint in a fresh
+    directory; returns (metrics of the evaluation run, with ``epochs`` the fit's number of epochs, and fit seconds)."""
     from mlflow.tracking import MlflowClient
 
     config = REPO / "configs" / f"{name}.yaml"
@@ -64,7 +67,8 @@ def run_recipe(name: str, evaluate: str, threads: int = DEFAULT_THREADS) -> tupl
         env = recipe_environment()
         pin = thread_arguments(threads)
         start = time.perf_counter()
-        subprocess.run(["recipes", "fit", "-c", str(config), *pin], cwd=tmp, env=env, check=True, capture_output=True)
+        subprocess.run(["recipes", "fit", "-c", str(config), *pin, *fit_args], cwd=tmp, env=env, check=True,
+                       capture_output=True)
         fit_seconds = time.perf_counter() - start
         subprocess.run(["recipes", evaluate, "-c", str(config), "--ckpt_path", "best", *pin], cwd=tmp, env=env, check=True,
                        capture_output=True)
@@ -214,7 +218,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--check-reproducible", action=argparse.BooleanOptionalAction, default=None,
                         help="run every recipe twice, each in a fresh directory, and fail when a metric differs "
                              "(default: on with --write-readme, off otherwise)")
+    parser.add_argument("--json", type=Path, help="write the table's rows and the failures to this JSON file")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 epochs per fit: checks that the recipes run (the metrics mean nothing here)")
     args = parser.parse_args(argv)
+    if args.quick and args.write_readme:
+        parser.error("--quick fits 2 epochs: its metrics do not belong in README.md (drop --quick or --write-readme)")
+    fit_args = ["--trainer.max_epochs", "2"] if args.quick else []
     check = args.write_readme if args.check_reproducible is None else args.check_reproducible
     unknown = [name for name in args.recipes if name not in RECIPES]
     if unknown:
@@ -225,9 +235,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"skip {name}: configs/{name}.yaml does not exist", file=sys.stderr)
             continue
         evaluate, describe, baseline = RECIPES[name]
-        metrics, seconds = run_recipe(name, evaluate, args.threads)
+        metrics, seconds = run_recipe(name, evaluate, args.threads, *fit_args)
         if check:
-            again, seconds_again = run_recipe(name, evaluate, args.threads)
+            again, seconds_again = run_recipe(name, evaluate, args.threads, *fit_args)
             differences = differing_metrics(metrics, again)
             for line in differences:
                 print(f"NOT REPRODUCIBLE {name}: {line}", file=sys.stderr, flush=True)
@@ -257,6 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     table = "\n".join(header + rows)
     print()
     print(table)
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "failures": failures}, indent=2))
     if failures:
         sys.exit(f"not reproducible: {', '.join(failures)} (the differing metrics are above); README.md not written")
     if args.write_readme:

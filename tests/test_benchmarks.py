@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,80 +109,6 @@ def test_barecomplete_is_lightning_doing_the_seeds_work_between_epochs(bench):
     assert best.best_model_path.endswith(".ckpt") and float(best.best_model_score) <= float(
         trainer.callback_metrics["val/loss"])
     assert trainer.optimizers[0].defaults["fused"]  # the recipe's optimizer kernel, as barefused
-
-
-def test_step_costs_tiny_times_lightnings_actions_and_the_recipes_calls(bench, capsys):
-    bench("step_costs.py").main(["--epochs", "2", "--rounds", "1", "--top", "60"])
-    out = capsys.readouterr().out
-    rows = {line.split("  ")[-1].strip(): line.split() for line in out.splitlines() if line.startswith(" " * 11)}
-    assert float(rows["[LightningModule]optimizer_step"][0]) > 0 and float(rows["[LightningModule]optimizer_step"][1]) > 0
-    assert any(name.startswith("group member CurrentStep.on_before_optimizer_step") for name in rows)
-    assert any(name.startswith("the network and the loss") for name in rows)
-    total = next(line for line in out.splitlines() if "run_training_batch: a training batch" in line)
-    bare, recipe = (float(x) for x in total.split()[1:3])
-    assert 0 < bare and 0 < recipe and "recipe / bare" in total
-
-
-def test_call_counts_counts_the_calls_of_both_loops_per_step(bench, capsys):
-    bench("call_counts.py").main(["--epochs", "2", "--top", "400"])
-    out = capsys.readouterr().out
-    assert "counted steps: bare 22, recipe 22" in out  # the spiral's second epoch
-    rows = {line.split()[-1]: [float(x) for x in line.split()[:2]] for line in out.splitlines()
-            if line.startswith(" " * 14) and ":" in line.split()[-1]}
-    # the recipe's trainer has NoOpProfiler: none of the default profiler's @contextmanager calls, one cheap call each
-    assert rows["pytorch/profilers/profiler.py:Profiler.profile"][0] > 50
-    assert rows.get("pytorch/profilers/profiler.py:Profiler.profile", [0, 0])[1] == 0
-    assert rows["lightning_modules/no_op_profiler.py:NoOpProfiler.profile"][1] > 25
-    # the task's setup has Lightning decide once who runs the batch-transfer hooks (bare asks 3 times per step)
-    asked = rows["trainer/connectors/data_connector.py:_DataHookSelector.get_instance"]
-    assert asked[0] == 3 and asked[1] == 0
-    python = next(line for line in out.splitlines() if line.endswith("Python functions"))
-    bare, recipe = (float(x) for x in python.split()[:2])
-    assert bare > 500 and abs(recipe - bare) < 0.2 * bare  # the recipe's step: within a fifth of Lightning's own calls
-
-
-def test_call_counts_counts_one_place_of_the_epoch(bench, capsys):
-    """``--place last``: only the epoch's last batch is counted (one step per timed epoch), where the recipe updates
-    the epoch's deferred training metrics (``_same_rows``) and bare Lightning does nothing of the kind."""
-    module = bench("call_counts.py")
-    assert [module.place_of(i, 22) for i in (0, 1, 5, 6, 20, 21)] == ["first", "early", "early", "middle", "middle",
-                                                                       "last"]
-    module.main(["--epochs", "2", "--top", "400", "--place", "last"])
-    out = capsys.readouterr().out
-    assert "last batches only" in out and "counted steps: bare 1, recipe 1" in out
-    rows = {line.split()[-1]: [float(x) for x in line.split()[:2]] for line in out.splitlines()
-            if line.startswith(" " * 14) and ":" in line.split()[-1]}
-    assert rows["lightning_modules/deferred_metric_updates.py:_same_rows"][0] == 0
-    assert rows["lightning_modules/deferred_metric_updates.py:_same_rows"][1] > 0
-
-
-def test_call_counts_logger_cost_counts_whole_epochs_with_and_without_mlflow(bench, capsys):
-    """``--logger-cost``: the recipe with its MLflow logger against ``--trainer.logger false``, per whole epoch after
-    the first; the logger's calls appear on one side only, and more calls on that side in all."""
-    bench("call_counts.py").main(["--epochs", "2", "--top", "2000", "--logger-cost"])
-    out = capsys.readouterr().out
-    assert "whole epochs" in out and "counted epochs: none 1, mlflow 1" in out
-    rows = {line.split()[-1]: [float(x) for x in line.split()[:2]] for line in out.splitlines()
-            if line.startswith(" " * 15) and ":" in line.split()[-1]}
-    none, mlflow = rows["tracking/logger.py:RecipeLogger.log_metrics"]
-    assert none == 0 and mlflow >= 3  # logging steps, the epoch's train and validation metrics
-    assert rows["tracking/journal.py:TrackingJournal.record"][0] == 0
-    python = next(line for line in out.splitlines() if line.endswith("Python functions"))
-    assert float(python.split()[1]) > float(python.split()[0]) > 10_000  # training, validation, saves of an epoch
-
-
-@pytest.mark.parametrize("base", ["bare", "barecomplete"])
-def test_step_positions_times_every_batch_position_of_both_loops(bench, capsys, base):
-    bench("step_positions.py").main(["--epochs", "2", "--rounds", "1", "--base", base])
-    out = capsys.readouterr().out
-    assert ("bare = barecomplete (validation and the best checkpoint every epoch)" in out) == (base == "barecomplete")
-    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
-    assert [int(r[0]) for r in rows] == list(range(22))  # the spiral's 22 batches of the second epoch
-    assert all(float(x) > 0 for r in rows for x in r[1:5])  # CPU and wall time of both loops at each position
-    assert "recipe / bare" in out and "the first batch" in out and "the last batch" in out
-    shares = [float(m.group(1)) for m in re.finditer(r"^ +[+-]\d+\.\d+ ms +(-?\d+\.\d)%", out, re.MULTILINE)]
-    assert len(shares) == 4  # first, 1-5, 6-20, last
-    assert sum(shares) == pytest.approx(100, abs=0.5)  # the rows split the recipe's extra time per epoch
 
 
 def test_the_three_loops_train_the_same_thing(bench):
@@ -353,170 +278,77 @@ def test_fine_tuning_from_digits_0_4_beats_training_from_scratch_on_5_9(bench, c
     assert "| pretrained |" in capsys.readouterr().out
 
 
-def test_dispatch_costs_undoes_the_shortcuts_only_inside_its_block_and_prints_ratios(bench, capsys):
-    import inspect
-
-    import datamodules.tensor_dataset as tensor_dataset
-    from torch import nn
-
-    from datamodules.samplers import EpochRandomSampler
-    from lightning_modules.compat import QuickHookNameWrites
-    from lightning_modules.task import Task
-
-    dispatch = bench("dispatch_costs.py")
-    quick_pass, index_tensor = EpochRandomSampler.__iter__, tensor_dataset.index_tensor
-    sampler = EpochRandomSampler(list(range(10)), seed=1)
-    order = list(sampler)
-    with dispatch.shortcuts_undone():
-        assert Task.__setattr__ is nn.Module.__setattr__ and "__signature__" not in vars(Task.training_step)
-        assert inspect.isgeneratorfunction(EpochRandomSampler.__iter__)
-        assert tensor_dataset.index_tensor is not index_tensor
-        sampler.set_epoch(0)
-        assert list(sampler) == order and sampler.counted == 10  # the same order, counted the old way
-    assert Task.__setattr__ is QuickHookNameWrites.__setattr__ and "__signature__" in vars(Task.training_step)
-    assert EpochRandomSampler.__iter__ is quick_pass and tensor_dataset.index_tensor is index_tensor
-    dispatch.main(["--quick"])
-    out = capsys.readouterr().out
-    assert "recipe / without: paired " in out and "recipe / seeds: paired " in out
-    assert re.search(r"tensor loader, us per batch of 64 \(median, min\): quick pass [\d.]+, [\d.]+; without", out)
+def test_run_all_runs_every_benchmark_in_the_folder_and_has_quick_settings_for_each(bench, monkeypatch, tmp_path):
+    """Every script in benchmarks/ is a benchmark that run_all runs (``_common.py`` is their shared code), each with
+    quick settings of its own; results/ holds only the kept benchmarks' outputs."""
+    run_all = bench("run_all")
+    scripts = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
+    assert sorted(run_all.BENCHMARKS) == scripts
+    monkeypatch.setattr(run_all, "has_cuda", lambda: False)
+    for name in run_all.BENCHMARKS:
+        quick = run_all.args_for(name, True, None, tmp_path / f"{name}.json")
+        assert quick != run_all.args_for(name, False, None, tmp_path / f"{name}.json"), name
+        assert {"--quick", "--small", "small"} & set(quick), (name, quick)  # gpu.py's quick: --steps small
+    results = sorted(p.name for p in (BENCHMARKS / "results").iterdir())
+    assert results and all(any(f.startswith(name) for name in scripts) for f in results), results
 
 
-def test_instruction_counts_reads_callgrind_dumps_and_reports_ratios(bench, capsys, tmp_path):
-    """The callgrind files of two labelled dumps become per-step counts per thread, estimated cycles and ratios; an
-    annotate listing is summed by library (valgrind itself is not run here)."""
-    counts = bench("instruction_counts.py")
-    header = "version: 1\ncreator: callgrind-3.19.0\ndesc: Trigger: dump {label}\nthread: {thread}\nevents: {events}\n"
-    files = {("mlflow", 1): ("Ir", "1020"), ("mlflow", 2): ("Ir", "40"), ("none", 1): ("Ir", "1000")}
-    for i, ((label, thread), (events, totals)) in enumerate(files.items()):
-        (tmp_path / f"cg.1.{i}-0{thread}").write_text(header.format(label=label, thread=thread, events=events)
-                                                       + f"summary: 0\ntotals: {totals}\n")
-    read = counts.read_dumps(tmp_path)
-    assert read == {"mlflow": {1: 1020, 2: 40}, "none": {1: 1000}}
-    figures = counts.report(read, {"mlflow": 10, "none": 10}, 1)
-    assert figures["per_step"]["mlflow"] == {"training_thread": 102.0, "other_threads": 4.0, "steps": 10}
-    assert figures["training_thread_ratio"] == pytest.approx(1000 / 1020)
-    assert figures["process_ratio"] == pytest.approx(1000 / 1060)
-    assert "MLflow adds 2.00%" in capsys.readouterr().out
-    events = {"Ir": 100, "Bcm": 2, "Bim": 1, "I1mr": 1, "D1mr": 2, "D1mw": 0, "ILmr": 1, "DLmr": 0, "DLmw": 1}
-    assert counts.estimated_cycles(events) == 100 + 10 * (3 + 3) + 100 * 2
-    listing = """527,019,556 (100.0%)  PROGRAM TOTALS
-67,741,278 (12.85%)  /tmp/Python-3.11.7/Python/ceval.c:_PyEval_EvalFrameDefault'2 [/usr/lib/libpython3.11.so.1.0]
-30,369,720 ( 5.76%)  ???:mkl_blas_avx2_sgemm_kernel_0 [/venv/site-packages/torch/lib/libtorch_cpu.so]
- 2,455,867 ( 0.47%)  /tmp/Python-3.11.7/./Include/object.h:_PyFrame_Clear
-   569,808 ( 0.11%)  ./string/memset.S:__memset_avx2_unaligned_erms [/usr/lib/x86_64-linux-gnu/libc.so.6]
-    90,472 ( 0.02%)  ???:sqlite3_free [/usr/lib/x86_64-linux-gnu/libsqlite3.so.0.8.6]
-"""
-    assert counts.sum_by_library(listing) == {"Python interpreter": 67_741_278 + 2_455_867,
-                                              "torch (kernels, MKL, dispatch)": 30_369_720, "C library": 569_808,
-                                              "other": 90_472}
+def test_run_all_renders_the_accuracy_and_recipe_benchmarks(bench):
+    run_all = bench("run_all")
+    rows = run_all.rows_for("fine_tuning", {"accuracies": {"scratch": [0.9, 0.95], "pretrained": [0.96, 0.94],
+                                                           "pretrained + frozen": [0.5, 0.6]}}, "")
+    assert rows == ["| fine_tuning | test accuracy, pretrained - scratch (mean of 2 seeds, 1 wins of 2) | +0.0250 | "
+                    "pretrained > scratch | met |",
+                    "| fine_tuning | test accuracy, pretrained + frozen - scratch (mean of 2 seeds, 0 wins of 2) | "
+                    "-0.3750 | pretrained > scratch | - |"]
+    rows = run_all.rows_for("recipes_table", {"rows": ["| `configs/spiral_mlp.yaml` | test acc 0.9900 | - | 40 | 9 s |"],
+                                              "failures": ["spiral_mlp"]}, "")
+    assert rows == ["| recipes_table | `configs/spiral_mlp.yaml`: test acc 0.9900 (peer baseline: -) | - | - | - |",
+                    "| recipes_table | not reproducible: spiral_mlp | - | same metrics twice | **not met** |"]
+    rows = run_all.rows_for("data_digest", {"digest_s": 0.066, "read_csv_s": 0.277, "digest_per_read_csv": 0.238,
+                                            "test_s": 15.4, "digest_share_of_test": 0.0043}, "")
+    assert rows[0].endswith("(0.066 s / 0.277 s) | 0.24 | the digest does not dominate a command | - |")
+    assert rows[1] == "| data_digest | the digest's share of a whole `recipes test` (15.40 s) | 0.4% | - | - |"
+    assert run_all.rows_for("gpu_images", {"skipped": "no CUDA device"}, "") == [
+        "| gpu_images | skipped: no CUDA device | - | no number set | not measured |"]
+    rows = run_all.rows_for("gpu_images", {"device": "cuda", "images_per_s": {"resnet": {"fp32": 2436.0, "bf16": 2958.0}},
+                                           "ratios": [{"model": "resnet", "ratio": "bf16 / fp32", "value": 1.214}],
+                                           "host_syncs": {"resnet": None}}, "")
+    assert rows == ["| gpu_images | resnet, cuda: images/s fp32 2,436, bf16 2,958 | - | - | - |",
+                    "| gpu_images | resnet: bf16 / fp32 | 1.21x | no number set | - |",
+                    "| gpu_images | host syncs in ordinary training batches, resnet | none | none | met |"]
 
 
-def test_instruction_counts_positions_reads_each_epoch_s_dumps_by_batch_position(bench, capsys, tmp_path):
-    """``--question positions``: the dumps named variant.epoch.position become counts per step of the first, middle
-    and last batches, the whole epoch and the gap before it, the dumps' own cost (calibration) subtracted."""
-    counts = bench("instruction_counts.py")
-    header = "version: 1\ncreator: callgrind-3.19.0\ndesc: Trigger: dump {label}\nthread: 1\nevents: Ir D1mr DLmr\n"
-    dumps = {"calibration.0.dump": "10 0 0", "calibration.1.dump": "10 0 0", "calibration.2.dump": "30 0 0"}
-    for variant, scale in (("seeds", 1), ("barefused", 2), ("recipe", 3)):
-        for epoch in (1, 2):  # epochs=3: epochs 2 and 3 (indices 1 and 2) counted; 4 batches an epoch
-            dumps[f"{variant}.{epoch}.gap"] = f"{1000 * scale + 10} 0 0"
-            dumps[f"{variant}.{epoch}.first"] = f"{100 * scale + 10} 5 1"
-            dumps[f"{variant}.{epoch}.middle"] = f"{200 * scale + 10} 10 0"  # batches 1 and 2
-            dumps[f"{variant}.{epoch}.last"] = f"{100 * scale + 10} 0 0"
-        dumps[f"{variant}.3.end"] = "99999 0 0"
-    for i, (label, totals) in enumerate(dumps.items()):
-        (tmp_path / f"cg.1.{i}").write_text(header.format(label=label) + f"summary: 0\ntotals: {totals}\n")
-    figures = counts.report_positions(tmp_path, {"batches": {"seeds": 4, "barefused": 4, "recipe": 4}}, 3)
-    positions = figures["positions"]
-    assert positions["first"]["seeds"]["Ir"] == 100  # (110 - 10) per epoch, one batch each
-    assert positions["middle"]["recipe"]["Ir"] == 300  # (610 - 10) over two batches
-    assert positions["epoch"]["barefused"]["Ir"] == 200  # (200 + 400 + 200) over four batches
-    assert positions["gap"]["recipe"]["Ir"] == 3000
-    assert positions["first"]["seeds"]["cycles"] == 100 + 10 * 5 + 100 * 1
-    out = capsys.readouterr().out
-    assert "recipe / seeds: instructions 0.333" in out
+def test_fine_tuning_quick_scores_scratch_and_pretrained_and_writes_json(bench, capsys, tmp_path):
+    out_json = tmp_path / "fine_tuning.json"
+    result = bench("fine_tuning.py").main(["--quick", "--no-write", "--json", str(out_json)])
+    assert set(result["accuracies"]) == {"scratch", "pretrained"}
+    assert all(len(values) == 2 for values in result["accuracies"].values())
+    assert json.loads(out_json.read_text())["accuracies"] == result["accuracies"]
+    assert "| pretrained |" in capsys.readouterr().out
 
 
-def test_cycle_counts_counts_the_thread_only_inside_its_windows_and_reports_cycle_ratios(bench, capsys):
-    """``cycle_counts.py``'s counters (perf_event_open on this thread) count inside ``start``/``stop`` only and reset
-    on ``read``; checked with the kernel's software task clock, which every Linux machine has (the hardware cycles
-    this shared VM does not expose). The shared windows run the seeds' loop and bare Lightning for real: one switch
-    on and off per epoch after the first. The report's medians and paired ratios come from synthetic counts."""
-    cycles = bench("cycle_counts.py")
-    counters = cycles.ThreadCounters({"task_clock": (cycles.PERF_TYPE_SOFTWARE, 1)})
-    try:
-        counters.start()
-        sum(range(2_000_000))
-        counters.stop()
-        busy = counters.read()["task_clock"]
-        sum(range(2_000_000))  # not counted: stopped
-        assert counters.read()["task_clock"] == 0
-        assert busy > 1_000_000  # nanoseconds of this thread's CPU time
-        switches = []
-
-        def switch(on: bool) -> None:
-            switches.append(on)
-            counters.start() if on else counters.stop()
-
-        steps = bench("instruction_counts.py").loop_windows(switch, ("seeds", "barefused"), epochs=3)
-        assert switches == [True, False] * 4  # epochs 2 and 3 of each variant
-        assert steps == {"seeds": 44, "barefused": 44}  # 22 spiral batches an epoch
-        assert counters.read()["task_clock"] > 0
-    finally:
-        counters.close()
-    rows = {"seeds": [{"cycles": 100.0, "instructions": 200.0}, {"cycles": 120.0, "instructions": 200.0}],
-            "recipe": [{"cycles": 110.0, "instructions": 150.0}, {"cycles": 100.0, "instructions": 150.0}]}
-    figures = cycles.report(rows)
-    assert figures["per_step"]["seeds"] == {"cycles": 110.0, "instructions": 200.0, "ipc": pytest.approx(1.8333, 1e-3)}
-    assert figures["ratios"]["recipe / seeds"] == pytest.approx((100 / 110 + 120 / 100) / 2)
-    assert "recipe / seeds: 1.055" in capsys.readouterr().out
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["startup", "memory", "logging_overhead", "recipes_table"])
+def test_quick_settings_of_the_process_starting_benchmarks_run_and_write_their_json(name, tmp_path):
+    """The benchmarks that start fresh processes (or patch classes for their timers) run as run_all runs them."""
+    run_all = bench_module("run_all")
+    out_json = tmp_path / f"{name}.json"
+    command = [sys.executable, str(BENCHMARKS / f"{name}.py"), *run_all.args_for(name, True, None, out_json),
+               "--json", str(out_json)]
+    out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    data = json.loads(out_json.read_text())
+    rows = run_all.rows_for(name, data, out.stdout)
+    assert rows and not any("failed" in row or "no ratio" in row for row in rows), rows
+    if name == "recipes_table":
+        assert data["failures"] == [] and data["rows"][0].startswith("| `configs/spiral_mlp.yaml` | test acc ")
 
 
-def test_cycle_counts_usage_tells_the_threads_work_from_its_waits_on_any_machine(bench, capsys):
-    """``--usage`` (``ThreadUsage``): CPU time counts this thread's work inside the windows only; a wait (a sleep
-    here, a GIL hand-off in a fit) is wall time off the CPU and a voluntary context switch. The report's medians and
-    paired ratios come from synthetic figures."""
-    import time
-
-    cycles = bench("cycle_counts.py")
-    usage = cycles.ThreadUsage()
-    usage.start()
-    sum(range(3_000_000))
-    usage.stop()
-    sum(range(3_000_000))  # not counted: stopped
-    usage.start()
-    time.sleep(0.2)
-    usage.stop()
-    figures = usage.read()
-    assert figures["cpu_us"] > 10_000 and figures["wall_us"] >= figures["cpu_us"] + 190_000
-    assert figures["waits"] >= 1 and figures["user_us"] >= 0 and figures["minor_faults"] >= 0
-    assert usage.read() == dict.fromkeys(figures, 0.0)
-    row = dict.fromkeys(figures, 0.0)
-    rows = {"seeds": [{**row, "cpu_us": 100.0, "wall_us": 100.0}, {**row, "cpu_us": 120.0, "wall_us": 130.0}],
-            "recipe": [{**row, "cpu_us": 110.0, "wall_us": 125.0}, {**row, "cpu_us": 100.0, "wall_us": 130.0}]}
-    report = cycles.report_usage(rows)
-    assert report["per_step"]["recipe"]["wall_us"] == 127.5 and report["per_step"]["recipe"]["off_cpu_us"] == 22.5
-    assert report["ratios"]["recipe / seeds (cpu_us)"] == pytest.approx((100 / 110 + 120 / 100) / 2)
-    assert report["ratios"]["recipe / seeds (wall_us)"] == pytest.approx((100 / 125 + 130 / 130) / 2)
-    assert "recipe / seeds: 1.055 (cpu_us per step" in capsys.readouterr().out
-    # a real fit over the shared windows: the recipe without a logger (``nomlflow``), 2 epochs, 1 repetition
-    [only] = cycles.measure(1, 2, ("nomlflow",), cycles.ThreadUsage())["nomlflow"]
-    assert only["cpu_us"] > 0 and only["wall_us"] >= 0.5 * only["cpu_us"]
-
-
-def test_cycle_counts_says_in_one_line_when_the_machine_cannot_count_cycles(bench, monkeypatch, capsys):
-    """Where perf_event_open refuses (no PMU in the VM, a strict perf_event_paranoid), one line names the problem and
-    the fix, and the exit status is 2; nothing runs."""
-    cycles = bench("cycle_counts.py")
-
-    def refuse(self, events=None):
-        raise cycles.CountersUnavailable("perf_event_open(cycles): No such file or directory")
-
-    monkeypatch.setattr(cycles.ThreadCounters, "__init__", refuse)
-    monkeypatch.setattr(sys, "argv", ["cycle_counts.py"])
-    with pytest.raises(SystemExit) as exit_:
-        cycles.main()
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
-    assert "No such file or directory" in err and "perf stat -e cycles true" in err
+def bench_module(name: str):
+    """A benchmark script imported without the ``bench`` fixture (for a script that only renders or builds args)."""
+    loader = importlib.machinery.SourceFileLoader(f"bench_{name}", str(BENCHMARKS / name))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
