@@ -8,26 +8,15 @@
 from __future__ import annotations
 
 import sys
-
-from lightning.pytorch.utilities.exceptions import SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from importlib.util import find_spec
 
 #: the packages of the ``loopwise[recipes]`` extra that the command imports (``pip install loopwise`` has none)
 RECIPES_EXTRA = frozenset({"jsonargparse", "mlflow", "optuna", "optuna_integration", "sqlalchemy", "yaml", "psutil",
                            "matplotlib", "docstring_parser", "typeshed_client"})
-try:
-    from recipes.callbacks.stop_evaluation_on_signal import EvaluationStopped
-    from recipes.checkpoints.atomic_io import CheckpointDiskFull
-    from recipes.checkpoints.run_lock import release_run_locks
-    from recipes.run.errors import RecipeInputError
-    from recipes.run.process_settings import process_settings_kept
-    from recipes.run.recipes_cli import RecipesCLI
-    from recipes.tracking.hidden_passwords import passwords_hidden_in_output
-except ModuleNotFoundError as missing:  # the modules were installed without the command's stack
-    if (missing.name or "").split(".")[0] not in RECIPES_EXTRA:
-        raise
-    raise SystemExit(f"recipes: error: the recipes command needs its extra ({missing.name} is not installed): "
-                     "pip install 'loopwise[recipes]'") from None
+#: the commands that run one recipe through LightningCLI (``recipes.run.recipes_cli.RecipesCLI``)
+RECIPE_COMMANDS = ("fit", "validate", "test", "predict")
+#: every command, in the order of ``COMMANDS``
+COMMAND_NAMES = (*RECIPE_COMMANDS, "compare", "sweep", "sync", "export")
 
 COMMANDS = """recipes commands:
   fit        train a recipe:                   recipes fit -c configs/spiral_mlp.yaml
@@ -39,6 +28,7 @@ COMMANDS = """recipes commands:
   sync       write a run's journal to MLflow:  recipes sync [--checkpoints_dir checkpoints]
   export     a HF network for transformers:    recipes export -c ... --ckpt_path best --export_dir DIR
 Each takes --help.
+usage: recipes {fit,validate,test,predict} [-c CONFIG] [options] | recipes {compare,sweep,sync,export} [options]
 """
 
 
@@ -49,35 +39,82 @@ def main(args: list[str] | None = None) -> None:
     exit code 2; errors during training keep their traceback. SIGTERM / SIGINT during ``fit`` save ``last.ckpt``,
     mark the MLflow run KILLED and exit 143 / 130. ``recipes compare ...`` compares runs (``recipes.compare.command``).
     No password of a tracking or storage URL reaches the output, whoever prints it
-    (``recipes.tracking.hidden_passwords``).
+    (``recipes.tracking.hidden_passwords``). The list of commands, a mistyped command and the commands that only read
+    a store (``compare``, ``sync``) import no Lightning (nor torch, unless the process had).
     """
     argv = sys.argv[1:] if args is None else list(args)
-    # in a notebook, the next command starts from the user's settings, not this one's
-    with process_settings_kept(), passwords_hidden_in_output(argv):
-        run_command(args)
+    missing = next((name for name in sorted(RECIPES_EXTRA) if find_spec(name) is None), None)
+    if missing is not None:
+        extra_missing(missing)
+    from recipes.run.process_settings import process_settings_kept  # noqa: PLC0415
+    from recipes.tracking.hidden_passwords import passwords_hidden_in_output  # noqa: PLC0415
+
+    command = argv[0] if argv else ""
+    # torch's switches are kept for the commands that set them; the others would only pay torch's import for it
+    sets_torch = command in (*RECIPE_COMMANDS, "sweep", "export") or (command.startswith("-") and
+                                                                     command not in ("-h", "--help"))
+    try:
+        # in a notebook, the next command starts from the user's settings, not this one's
+        with process_settings_kept(torch_switches=sets_torch), passwords_hidden_in_output(argv):
+            run_command(args)
+    except ModuleNotFoundError as missing_module:  # the modules were installed without the command's whole stack
+        if (missing_module.name or "").split(".")[0] not in RECIPES_EXTRA:
+            raise
+        extra_missing(missing_module.name or "")
+
+
+def extra_missing(name: str) -> None:
+    """The one line of a ``recipes`` command whose extra is not installed (``name``: the package missing), exit 1."""
+    raise SystemExit(f"recipes: error: the recipes command needs its extra ({name} is not installed): "
+                     "pip install 'loopwise[recipes]'")
+
+
+def command_error(message: str) -> None:
+    """One ``recipes: error:`` line naming the commands, exit code 2."""
+    print(f"recipes: error: {message}; the commands are {', '.join(COMMAND_NAMES)}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def run_command(args: list[str] | None) -> None:
     """``main`` without putting the process's settings back (``recipes.run.process_settings``)."""
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] in (["-h"], ["--help"]):
-        print(COMMANDS)  # LightningCLI's help below lists only its own four
-    if argv[:1] == ["compare"]:
-        from recipes.compare.command import main as compare_main
+        print(COMMANDS)
+        raise SystemExit(0)
+    if not argv:
+        command_error("name a command")
+    if argv[0] == "compare":
+        from recipes.compare.command import main as compare_main  # noqa: PLC0415
 
         raise SystemExit(compare_main(argv[1:]))
-    if argv[:1] == ["sweep"]:
-        from recipes.sweep.command import main as sweep_main
+    if argv[0] == "sweep":
+        from recipes.sweep.command import main as sweep_main  # noqa: PLC0415
 
         raise SystemExit(sweep_main(argv[1:]))
-    if argv[:1] == ["export"]:
-        from recipes.export.command import main as export_main
+    if argv[0] == "export":
+        from recipes.export.command import main as export_main  # noqa: PLC0415
 
         raise SystemExit(export_main(argv[1:]))
-    if argv[:1] == ["sync"]:
-        from recipes.tracking.sync import main as sync_main
+    if argv[0] == "sync":
+        from recipes.tracking.sync import main as sync_main  # noqa: PLC0415
 
         raise SystemExit(sync_main(argv[1:]))
+    if argv[0] not in RECIPE_COMMANDS and not argv[0].startswith("-"):  # options first: LightningCLI reads them
+        command_error(f"unknown command {argv[0]!r}")
+    run_recipe(args)
+
+
+def run_recipe(args: list[str] | None) -> None:
+    """``recipes fit|validate|test|predict ...``: one recipe through ``RecipesCLI``, its problems in one line."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: PLC0415
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only  # noqa: PLC0415
+
+    from recipes.callbacks.stop_evaluation_on_signal import EvaluationStopped  # noqa: PLC0415
+    from recipes.checkpoints.atomic_io import CheckpointDiskFull  # noqa: PLC0415
+    from recipes.checkpoints.run_lock import release_run_locks  # noqa: PLC0415
+    from recipes.run.errors import RecipeInputError  # noqa: PLC0415
+    from recipes.run.recipes_cli import RecipesCLI  # noqa: PLC0415
+
     try:
         RecipesCLI(args=args)
     except RecipeInputError as err:

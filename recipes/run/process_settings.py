@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import torch
-
 
 @dataclass(frozen=True)
 class TorchSwitches:
@@ -37,6 +35,8 @@ class TorchSwitches:
 
     @classmethod
     def now(cls) -> TorchSwitches:
+        import torch  # noqa: PLC0415 - a command that sets none of them imports no torch for them
+
         return cls(
             deterministic=torch.are_deterministic_algorithms_enabled(),
             deterministic_warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -47,6 +47,8 @@ class TorchSwitches:
         )
 
     def restore(self) -> None:
+        import torch  # noqa: PLC0415
+
         if self != TorchSwitches.now():
             torch.use_deterministic_algorithms(self.deterministic, warn_only=self.deterministic_warn_only)
             torch.backends.cudnn.deterministic = self.cudnn_deterministic
@@ -68,12 +70,14 @@ def tracking_uri_set_in_process() -> str | None:
 
 
 @contextmanager
-def process_settings_kept() -> Iterator[None]:
+def process_settings_kept(torch_switches: bool = True) -> Iterator[None]:
     """The environment (every variable, exactly), MLflow's global tracking URI and torch's process-wide switches
-    (``TorchSwitches``) as they were before the block, whatever the block did to them."""
+    (``TorchSwitches``) as they were before the block, whatever the block did to them. ``torch_switches=False``: a
+    block that sets none of torch's switches (``recipes compare``, ``recipes --help``); they are kept only if the
+    process had imported torch, so the block does not import it for them."""
     environment = dict(os.environ)
     tracking_uri = tracking_uri_set_in_process()
-    switches = TorchSwitches.now()
+    switches = TorchSwitches.now() if torch_switches or "torch" in sys.modules else None
     try:
         yield
     finally:
@@ -85,7 +89,8 @@ def process_settings_kept() -> Iterator[None]:
         for key, value in environment.items():
             if os.environ.get(key) != value:
                 os.environ[key] = value
-        switches.restore()
+        if switches is not None:
+            switches.restore()
 
 
 __all__ = ["TorchSwitches", "process_settings_kept", "tracking_uri_set_in_process"]

@@ -329,6 +329,6 @@ def test_a_command_builds_the_parser_of_its_own_subcommand_only(capsys):
 
     assert chosen("fit", "-c", "x.yaml") == ["fit"] and chosen("predict") == ["predict"]
     assert chosen("--help") == chosen() == chosen("fitt") == ["fit", "validate", "test", "predict"]
-    with pytest.raises(SystemExit):
-        main(["fitt"])
+    with pytest.raises(SystemExit):  # (`recipes fitt` stops before LightningCLI: tests/test_one_command_line.py)
+        RecipesCLI(args=["fitt"])
     assert "invalid choice: 'fitt' (choose from 'fit', 'validate', 'test', 'predict')" in capsys.readouterr().err
