@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 from datamodules.image_processor import ImagePreprocessing, load_image_processor
+from lightning_modules.recipe_contract import network_of
 
 #: relative tolerance on mean and std (processors write them with 3 to 8 digits)
 TOLERANCE = 1e-3
@@ -59,7 +60,7 @@ def processor_mismatch(network: Any, datamodule: Any) -> str | None:
 
 def warn_if_processor_differs(task: Any, datamodule: Any) -> None:
     """``processor_mismatch`` of the task's network and the data, as one warning."""
-    line = processor_mismatch(getattr(task, "model", None), datamodule)
+    line = processor_mismatch(network_of(task), datamodule)
     if line is not None:
         warnings.warn(line, UserWarning, stacklevel=2)
 
