@@ -43,7 +43,7 @@ def main(args: list[str] | None = None) -> None:
     a store (``compare``, ``sync``) import no Lightning (nor torch, unless the process had).
     """
     argv = sys.argv[1:] if args is None else list(args)
-    missing = next((name for name in sorted(RECIPES_EXTRA) if find_spec(name) is None), None)
+    missing = next((name for name in sorted(RECIPES_EXTRA) if not installed(name)), None)
     if missing is not None:
         extra_missing(missing)
     from recipes.run.process_settings import process_settings_kept  # noqa: PLC0415
@@ -61,6 +61,13 @@ def main(args: list[str] | None = None) -> None:
         if (missing_module.name or "").split(".")[0] not in RECIPES_EXTRA:
             raise
         extra_missing(missing_module.name or "")
+
+
+def installed(name: str) -> bool:
+    """Whether the top-level package ``name`` can be imported (imported already, or found), without importing it."""
+    if name in sys.modules:  # find_spec raises ValueError for a module imported without a __spec__
+        return sys.modules[name] is not None
+    return find_spec(name) is not None
 
 
 def extra_missing(name: str) -> None:
