@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from recipes.cli import main
-from tests.conftest import REPO, free_port, recipes_env
+from tests.conftest import REPO, SPIRAL, free_port, recipes_env
 
 COMMANDS = ["fit", "validate", "test", "predict", "compare", "sweep", "sync", "export"]
 
@@ -110,3 +110,37 @@ def test_sync_takes_its_options_and_a_bad_one_is_one_line(workdir, capsys):
         captured = capsys.readouterr()
         assert code == 2 and captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
         assert captured.err.startswith("recipes sync: error: ") and says in captured.err, captured.err
+
+
+# --- sweep ----------------------------------------------------------------------------------------------------------
+def test_sweep_takes_its_options_anywhere_and_hands_every_other_argument_to_the_trials():
+    from recipes.sweep.command import split_arguments
+    from tests.sweep_runs import SWEEP
+
+    options, fit_args, sweep_file = split_arguments(
+        ["--n_trials=3", "-c", str(SPIRAL), "--trainer.max_epochs", "2", "--config", str(SWEEP), "--storage",
+         "sqlite:///x.db", "--data.init_args.n_samples=600", "--timeout", "5", "--pruner", "none", "--direction",
+         "minimize", "--metric", "val/loss", "--study_name", "s"])
+    assert (options.n_trials, options.timeout, options.storage, options.pruner, options.direction, options.metric,
+            options.study_name) == (3, 5.0, "sqlite:///x.db", "none", "minimize", "val/loss", "s")
+    assert sweep_file == str(SWEEP)
+    assert fit_args == ["-c", str(SPIRAL), "--mlflow_model=false", "--trainer.max_epochs", "2",
+                        "--data.init_args.n_samples=600"]
+
+
+def test_a_sweep_option_that_does_not_parse_is_one_error_line_and_exit_2(workdir, capsys):
+    from tests.sweep_runs import SWEEP
+
+    for bad, says in ((["--n_trials", "many"], "n_trials"), (["--pruner", "sometimes"], "pruner"),
+                      (["--timeout"], "timeout"), (["--n_trials=0"], "--n_trials must be >= 1, got 0")):
+        assert recipes("sweep", "-c", str(SPIRAL), "-c", str(SWEEP), *bad) == 2, bad
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.splitlines()) == 1, (bad, captured.err)
+        assert captured.err.startswith("recipes sweep: error: ") and says in captured.err, (bad, captured.err)
+    assert not (workdir / "optuna.db").exists()
+
+
+def test_sweep_help_is_its_options_docstring(capsys):
+    assert recipes("sweep", "--help") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--n_trials N_TRIALS trials of the study in all" in out and "-c FILE, --config FILE" in out

@@ -98,9 +98,9 @@ def underscored(arg: str) -> str:
 class CompareParser(ArgumentParser):
     """jsonargparse's parser of ``compare_options``, taking each option with dashes too (``--max-runs``)."""
 
-    def parse_args(self, args: list[str] | None = None, *more: Any, **kwargs: Any) -> Namespace:  # type: ignore[override]
-        return super().parse_args([underscored(arg) for arg in (sys.argv[1:] if args is None else args)], *more,
-                                  **kwargs)
+    def parse_args(self, args: list[str] | None = None, *more: Any, **kwargs: Any) -> Namespace:  # type: ignore
+        given = sys.argv[1:] if args is None else args
+        return super().parse_args([underscored(arg) for arg in given], *more, **kwargs)
 
 
 def build_parser() -> CompareParser:

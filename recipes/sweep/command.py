@@ -20,13 +20,12 @@ best.yaml`` trains the best trial again.
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import sys
 import warnings
+from typing import Literal
 
-from jsonargparse import Namespace
-from lightning.pytorch.utilities.exceptions import SIGTERMException
-from sqlalchemy.exc import SQLAlchemyError
+from jsonargparse import ArgumentError, ArgumentParser, Namespace
 
 PROG = "recipes sweep"
 
@@ -35,26 +34,72 @@ class SweepError(Exception):
     """A sweep that cannot start: one ``recipes sweep: error:`` line, exit code 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], add_help=True)
+def sweep_options(  # noqa: PLR0913 - the command's options, read from this signature and docstring
+    n_trials: int = 20,
+    timeout: float | None = None,
+    study_name: str | None = None,
+    storage: str | None = None,
+    metric: str | None = None,
+    direction: Literal["minimize", "maximize"] | None = None,
+    pruner: Literal["median", "percentile", "hyperband", "none"] | None = None,
+) -> None:
+    """A hyperparameter search on Optuna where every trial is a full recipes fit: the -c file with a 'sweep:'
+    section is the search space, every other -c file and every argument that is none of these options goes to each
+    trial's recipes fit unchanged.
+
+    Args:
+        n_trials: trials of the study in all (running the command again, or on several machines on one --storage,
+            adds trials to the same study until it has that many)
+        timeout: stop starting trials after this many seconds
+        study_name: the Optuna study (default: <experiment>-sweep)
+        storage: Optuna storage URL (default: sqlite:///./optuna.db; postgresql://user:pw@host/db with
+            loopwise[postgres], mysql://... with loopwise[mysql])
+        metric: objective (default: the sweep file's, else the task's monitor)
+        direction: the objective's better way (default: the sweep file's, else the monitor's mode)
+        pruner: stops a trial whose validations fall behind (default: the sweep file's, else median)
+    """
+
+
+#: the options of the sweep itself, each taking one value; every other argument is the trials'
+OWN_OPTIONS = frozenset({"-c", "--config", *(f"--{name}" for name in inspect.signature(sweep_options).parameters)})
+
+
+def build_parser() -> ArgumentParser:
+    """The options of ``recipes sweep``: the ``-c`` files and ``sweep_options``; a bad one raises ``ArgumentError``."""
+    parser = ArgumentParser(prog=PROG, description=sweep_options.__doc__.split("\n\n")[0], exit_on_error=False)
     parser.add_argument("-c", "--config", action="append", default=[], metavar="FILE",
                         help="a recipe config (passed to every trial) or the sweep file (a 'sweep:' section)")
-    parser.add_argument("--n_trials", type=int, default=20, help="trials of the study in all (default: 20)")
-    parser.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
-    parser.add_argument("--study_name", default=None, help="default: <experiment>-sweep")
-    parser.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///./optuna.db; "
-                        "postgresql://user:pw@host/db with loopwise[postgres], mysql://... with loopwise[mysql])")
-    parser.add_argument("--metric", default=None, help="objective (default: the sweep file's, else the task's monitor)")
-    parser.add_argument("--direction", choices=("minimize", "maximize"), default=None)
-    parser.add_argument("--pruner", choices=("median", "percentile", "hyperband", "none"), default=None)
+    parser.add_function_arguments(sweep_options, as_group=False)
     return parser
 
 
-def split_arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str], str]:
+def own_arguments(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the sweep's own options with their values, in order; every other argument, in order)."""
+    own: list[str] = []
+    rest: list[str] = []
+    arguments = iter(argv)
+    for arg in arguments:
+        name = arg.split("=", 1)[0]
+        if arg in ("-h", "--help") or name in OWN_OPTIONS:
+            own.append(arg)
+            value = next(arguments, None) if name in OWN_OPTIONS and "=" not in arg else None
+            if value is not None:  # (an option last, without its value: jsonargparse says so)
+                own.append(value)
+        else:
+            rest.append(arg)
+    return own, rest
+
+
+def split_arguments(argv: list[str]) -> tuple[Namespace, list[str], str]:
     """(sweep options, the arguments of every trial's ``recipes fit``, the sweep file)."""
     from recipes.sweep.space import is_sweep_file  # noqa: PLC0415
 
-    options, rest = build_parser().parse_known_args(argv)
+    own, rest = own_arguments(argv)
+    try:
+        options = build_parser().parse_args(own)
+    except ArgumentError as err:  # jsonargparse's lines, as one
+        reason = " ".join(line.strip() for line in str(err).splitlines())
+        raise SweepError(f"{reason} (recipes sweep --help)") from None
     sweep_files = [c for c in options.config if is_sweep_file(c)]
     configs = [c for c in options.config if c not in sweep_files]
     if len(sweep_files) != 1:
@@ -116,16 +161,23 @@ def usable_storage(storage: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``recipes sweep ...`` (``argv``: the arguments after ``sweep``); the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # --help and a bad option before Lightning, Optuna and SQLAlchemy are imported
+        options, fit_args, sweep_path = split_arguments(argv)
+    except (SweepError, ValueError) as err:  # ValueError: a -c file that cannot be read (SweepSpaceError)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: PLC0415
+    from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415
+
     from recipes.sweep.processes import follow, is_follower  # noqa: PLC0415
     from recipes.sweep.runner import run_sweep  # noqa: PLC0415
     from recipes.sweep.space import SweepSpaceError, as_cli_value, read_sweep_file  # noqa: PLC0415
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     # every trial (and the parse of the recipe below) hands LightningCLI its arguments on purpose; its warning about
     # that repeated the whole command line, --storage password included, before each
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     try:
-        options, fit_args, sweep_path = split_arguments(argv)
         if not is_follower():  # a DDP follower never opens the study
             options.storage = usable_storage(options.storage)  # before the recipe is parsed (and seeded)
         sweep = read_sweep_file(sweep_path)
@@ -153,4 +205,5 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
-__all__ = ["SweepError", "build_parser", "main", "parsed_fit_config", "split_arguments", "usable_storage"]
+__all__ = ["SweepError", "build_parser", "main", "own_arguments", "parsed_fit_config", "split_arguments",
+           "sweep_options", "usable_storage"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from jsonargparse import Namespace
 
 from lightning_modules.recipe_contract import default_monitor_of
@@ -12,7 +10,7 @@ from recipes.run.data_sizes import class_at
 from recipes.sweep.space import SweepFile
 
 
-def objective_of(cfg: Namespace, options: argparse.Namespace, sweep: SweepFile) -> tuple[str, str]:
+def objective_of(cfg: Namespace, options: Namespace, sweep: SweepFile) -> tuple[str, str]:
     """(metric, direction) of the sweep: the options, else the sweep file, else the task's monitor and its mode."""
     task = class_at(cfg, "model")
     monitor = cfg.get("model.init_args.monitor") or default_monitor_of(task)

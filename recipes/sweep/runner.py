@@ -22,7 +22,6 @@ counts (``trials_*``) are written again from the study when this worker ends, so
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import tempfile
@@ -109,7 +108,7 @@ def write_best_config(client: MlflowClient, study: optuna.Study, experiment: str
     return path
 
 
-def run_sweep(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile, cfg: Namespace) -> int:
+def run_sweep(options: Namespace, fit_args: list[str], sweep: SweepFile, cfg: Namespace) -> int:
     """Run trials until the study has ``options.n_trials`` (or ``options.timeout`` passes); the exit code."""
     metric, direction = objective_of(cfg, options, sweep)
     experiment, uri = experiment_name(cfg), tracking_uri(cfg)
@@ -188,7 +187,7 @@ def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent
         client.set_terminated(parent, status=status)
 
 
-def run_trials(options: argparse.Namespace, fit_args: list[str], sweep: SweepFile, study: optuna.Study,
+def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study: optuna.Study,
                client: MlflowClient, parent: str, experiment: str, metric: str, checkpoints_dir: str = "checkpoints") -> None:
     """Ask, run and tell trials until the study has ``options.n_trials`` (or ``options.timeout`` passes); a trial
     of a worker that died meanwhile is failed before the count (``settle_dead_workers``)."""
