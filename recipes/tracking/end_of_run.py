@@ -73,8 +73,11 @@ def replay_end_of_run(entries: list[dict[str, Any]], client: Any, run_id: str, f
         return 0
     held = {a.path for a in client.list_artifacts(run_id)}
     tags, written = dict(client.get_run(run_id).data.tags), 0
+    inside = folder.resolve()
     for entry in entries:
         source = folder / str(entry.get("file") or entry.get("path") or "")
+        if not source.resolve().is_relative_to(inside) or source.resolve() == inside:
+            continue  # a journal names files of its own run folder only (a damaged or edited line names no other)
         if entry.get("kind") == "artifact" and entry.get("name") not in held and source.is_file():
             name = str(entry["name"])
             client.log_artifact(run_id, str(source), str(Path(name).parent) if Path(name).parent.name else None)
