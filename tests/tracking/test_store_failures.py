@@ -1,12 +1,18 @@
-"""A tracking store that fails mid-run costs nothing (issue 16, item 2): training goes on with one warning, the run's
-record is journaled next to its checkpoints, and `recipes sync` (or a resume) writes it to the store."""
+"""The SQLite tracking store failing under a running fit, one suite (issue 16, item 2; issue 53, sections 2 and 5):
+training goes on with one warning that says what happened to the store, the run's record is journaled next to its
+checkpoints, and `recipes sync` (or a resume, or the next command that reads the store) writes it to the store,
+with what the end of the run would have written (the logged model and its `loopwise.model_uri`, the confusion
+matrix, who ran it). The store deleted mid-run is one fit that every assertion about it shares; a store moved aside,
+one turning read-only, and the replay and failure filter underneath have tests of their own."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -14,8 +20,9 @@ from lightning.pytorch.callbacks import Callback
 
 from recipes.cli import main
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
-from tests.preloaded_python import preloaded_run
 from tests.conftest import SPIRAL, recipes_env
+from tests.preloaded_python import preloaded_run
+from tests.resume_runs import TINY
 
 
 class DeleteStoreAfterFirstEpoch(Callback):
@@ -23,50 +30,118 @@ class DeleteStoreAfterFirstEpoch(Callback):
 
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.current_epoch == 0:
-            import pathlib
-
-            pathlib.Path("mlflow.db").unlink()
-
-
-@pytest.mark.slow
-def test_a_store_deleted_mid_run_loses_nothing_after_recipes_sync(workdir, capsys):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3", "--mlflow_model", "false",
-              "--trainer.callbacks+=tests.tracking.test_store_failures.DeleteStoreAfterFirstEpoch"])  # fmt: skip
-    store_warnings = [w for w in caught if "the tracking store stopped accepting writes" in str(w.message)]
-    assert len(store_warnings) == 1  # one warning, not a traceback per write
-    out = capsys.readouterr()
-    assert "Traceback" not in out.err and "recipes sync" in out.out
-    (journal,) = (workdir / "checkpoints" / "spiral_mlp").glob(f"*/{JOURNAL_NAME}")
-    assert (journal.parent / "last.ckpt").is_file()  # training went on to the end
-    # `recipes sync` is a new command, a new process (this one still holds a connection to the deleted file)
-    first = run_in_new_process(workdir, ["-m", "recipes", "sync"])
-    assert first.returncode == 0 and "recreated from" in first.stdout, first.stderr[-2000:]
-    record = json.loads(run_in_new_process(workdir, ["-c", READ_RECORD]).stdout)
-    assert record["replayed_from"] == journal.parent.name and record["status"] == "FINISHED"
-    assert record["val_acc_steps"] == [21, 43, 65]  # every epoch's validation, those after the store vanished too
-    assert record["total_steps"] == "66"
-    second = run_in_new_process(workdir, ["-m", "recipes", "sync"])
-    assert "0 metric value(s), 0 param(s), 0 tag(s)" in second.stdout  # a second sync writes nothing twice
+            Path("mlflow.db").unlink()
 
 
 READ_RECORD = """
 import json, mlflow
+from mlflow.tracking.context.registry import resolve_tags
 client = mlflow.MlflowClient("sqlite:///mlflow.db")
 (run,) = client.search_runs([client.get_experiment_by_name("spiral_mlp").experiment_id])
+uri = run.data.tags.get("loopwise.model_uri", "")
+model = client.get_logged_model(uri.removeprefix("models:/")) if uri.startswith("models:/") else None
 print(json.dumps({
+    "run_id": run.info.run_id,
     "replayed_from": run.data.tags.get("loopwise.replayed_from_run"),
     "status": run.info.status,
     "val_acc_steps": sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/acc")),
     "total_steps": run.data.params.get("plan.total_optimizer_steps"),
+    "tags": run.data.tags,
+    "artifacts": sorted(a.path for a in client.list_artifacts(run.info.run_id)),
+    "model": None if model is None else {"status": str(model.status), "source_run_id": model.source_run_id},
+    "user": resolve_tags()["mlflow.user"],
 }))
 """
 
 
-def run_in_new_process(workdir, args: list[str]) -> subprocess.CompletedProcess:
-    env = recipes_env()
-    return preloaded_run([sys.executable, *args], cwd=workdir, env=env, timeout=300)
+def run_in_new_process(workdir: Path, args: list[str]):
+    """``python <args>`` in a process of its own (this one still holds a connection to the deleted store)."""
+    return preloaded_run([sys.executable, *args], cwd=workdir, env=recipes_env(), timeout=300)
+
+
+@pytest.fixture(scope="module")
+def deleted_store(clean_workdir) -> dict:
+    """One 3-epoch spiral fit (its MLflow model logged) whose ./mlflow.db is deleted when the first epoch ends, then
+    `recipes sync` twice in new processes, the store read after each: what every test of this scenario asserts on."""
+    out, err = io.StringIO(), io.StringIO()
+    with clean_workdir("deleted_store") as directory:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            warnings.simplefilter("always")
+            main(["fit", "-c", str(SPIRAL), "--trainer.max_epochs", "3",
+                  "--trainer.callbacks+=tests.tracking.test_store_failures.DeleteStoreAfterFirstEpoch"])  # fmt: skip
+        (journal,) = (directory / "checkpoints" / "spiral_mlp").glob(f"*/{JOURNAL_NAME}")
+        # `recipes sync` is a new command, a new process (this one still holds a connection to the deleted file)
+        first = run_in_new_process(directory, ["-m", "recipes", "sync"])
+        record = json.loads(run_in_new_process(directory, ["-c", READ_RECORD]).stdout)
+        second = run_in_new_process(directory, ["-m", "recipes", "sync"])
+        record_again = json.loads(run_in_new_process(directory, ["-c", READ_RECORD]).stdout)
+    return {"directory": directory, "caught": [str(w.message) for w in caught], "out": out.getvalue(),
+            "err": err.getvalue(), "journal": journal, "first": first, "record": record, "second": second,
+            "record_again": record_again}
+
+
+@pytest.mark.slow
+def test_a_store_deleted_mid_run_loses_nothing_after_recipes_sync(deleted_store):
+    store_warnings = [w for w in deleted_store["caught"] if "the tracking store stopped accepting writes" in w]
+    assert len(store_warnings) == 1  # one warning, not a traceback per write
+    assert "Traceback" not in deleted_store["err"] and "recipes sync" in deleted_store["out"]
+    journal = deleted_store["journal"]
+    assert (journal.parent / "last.ckpt").is_file()  # training went on to the end
+    first = deleted_store["first"]
+    assert first.returncode == 0 and "recreated from" in first.stdout, first.stderr[-2000:]
+    record = deleted_store["record"]
+    assert record["replayed_from"] == journal.parent.name and record["status"] == "FINISHED"
+    assert record["val_acc_steps"] == [21, 43, 65]  # every epoch's validation, those after the store vanished too
+    assert record["total_steps"] == "66"
+    second = deleted_store["second"]
+    assert "0 metric value(s), 0 param(s), 0 tag(s)" in second.stdout  # a second sync writes nothing twice
+
+
+@pytest.mark.slow
+def test_a_run_whose_store_was_deleted_gets_its_model_figure_and_user_from_recipes_sync(deleted_store):
+    (warning,) = [w for w in deleted_store["caught"] if "stopped accepting writes" in w]
+    assert f"{deleted_store['directory'] / 'mlflow.db'} was deleted (the file is missing)" in warning, warning
+    assert "read-only" not in warning and "readonly" not in warning
+    synced = deleted_store["first"]
+    assert synced.returncode == 0, synced.stdout + synced.stderr[-3000:]
+    record = deleted_store["record"]
+    tags = record["tags"]
+    assert tags["loopwise.replayed_from_run"] and record["run_id"] != tags["loopwise.replayed_from_run"]
+    assert tags["mlflow.user"] == record["user"]  # who ran it, not nobody (`by @host` in recipes compare)
+    assert tags["loopwise.model_uri"].startswith("models:/")
+    assert record["model"] == {"status": "READY", "source_run_id": record["run_id"]}
+    assert {"config.yaml", "confusion_matrix_val.png", "checkpoints"} <= set(record["artifacts"])
+    again = deleted_store["second"]
+    assert "0 replayed, 1 already complete" in again.stdout or "nothing written" in again.stdout, again.stdout
+    assert deleted_store["record_again"]["tags"] == tags  # one model, logged once
+
+
+class StoreMovedAsideAfterFirstEpoch(Callback):
+    """Moves ./mlflow.db aside when the first training epoch ends (SQLite refuses every later write to a moved file);
+    the test puts it back after the fit, as a person restoring a store from a backup would."""
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch == 0:
+            Path("mlflow.db").rename("mlflow.db.aside")
+
+
+@pytest.mark.slow
+def test_the_next_command_that_reads_the_store_completes_the_end_of_a_run_it_missed(workdir):
+    moved_aside = "--trainer.callbacks+=tests.tracking.test_store_failures.StoreMovedAsideAfterFirstEpoch"
+    fit = run_in_new_process(workdir, ["-m", "recipes", "fit", "-c", str(SPIRAL), *TINY, "--trainer.max_epochs", "2",
+                                       moved_aside])
+    assert fit.returncode == 0 and "MLflow model not logged" in fit.stderr, fit.stderr[-3000:]
+    (workdir / "mlflow.db.aside").replace(workdir / "mlflow.db")  # the store is back, the end of the run not in it
+    before = json.loads(run_in_new_process(workdir, ["-c", READ_RECORD]).stdout)
+    assert "loopwise.model_uri" not in before["tags"] and "confusion_matrix_val.png" not in before["artifacts"]
+    compare = run_in_new_process(workdir, ["-m", "recipes", "compare", "--experiment", "spiral_mlp"])
+    assert compare.returncode == 0, compare.stdout + compare.stderr[-3000:]
+    after = json.loads(run_in_new_process(workdir, ["-c", READ_RECORD]).stdout)
+    assert after["run_id"] == before["run_id"] and after["tags"]["loopwise.model_uri"].startswith("models:/")
+    assert after["model"] == {"status": "READY", "source_run_id": after["run_id"]}
+    assert "confusion_matrix_val.png" in after["artifacts"]
+    assert f"{after['user']}@" in compare.stdout  # `by user@host` (mlflow.user), not `by @host`
 
 
 def test_replay_writes_only_what_the_store_lacks(tmp_path):
