@@ -16,7 +16,7 @@ Every metric a recipe logs goes to the run's journal at once (``recipes.tracking
   next loopwise command that reads the store replays it (``recipes.tracking.pending_replay``);
 * the run tags that describe an uploaded checkpoint (``loopwise.best.epoch``, ...) are held the same way by the upload
   thread: one synchronous ``log_batch`` of their own per upload held the GIL for about 10 ms of SQLAlchemy work while
-  the training thread waited for it (``benchmarks/instruction_counts.py``);
+  the training thread waited for it (measured with an instruction-count script of issue 32, in git history);
 * synchronously, when every value must be in the store now (``flush``: the end of the run, a logged model's metric
   link): MLflow's asynchronous queue first, then the held values (a tag queued earlier, such as an older
   ``loopwise.checkpoint_step``, never lands after the newer value and overwrites it).
