@@ -469,7 +469,10 @@ def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_fir
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     deterministic = torch.are_deterministic_algorithms_enabled()  # another test's Trainer may have left it on
     torch.use_deterministic_algorithms(False)  # as a notebook starts: the spiral recipe turns it on for its run
-    before = (dict(os.environ), mlflow.get_tracking_uri(), TorchSwitches.now())
+    def global_uri() -> str | None:  # MLflow's default URI is relative to the working directory: None when unset
+        return mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+
+    before = (dict(os.environ), global_uri(), TorchSwitches.now())
     tiny = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1",
             "--mlflow_model", "false", "--system_metrics_interval", "0", "--torch_threads", "1"]
     first, second = workdir / "first", workdir / "second"
@@ -477,7 +480,7 @@ def test_a_second_recipe_in_the_same_process_logs_into_its_own_store_not_the_fir
         folder.mkdir()
         monkeypatch.chdir(folder)
         main(["fit", "-c", str(SPIRAL), *tiny])
-        assert (dict(os.environ), mlflow.get_tracking_uri(), TorchSwitches.now()) == before
+        assert (dict(os.environ), global_uri(), TorchSwitches.now()) == before
     torch.use_deterministic_algorithms(deterministic)
     assert len(runs_of(first, "spiral_mlp")) == 1
     assert len(runs_of(second, "spiral_mlp")) == 1
