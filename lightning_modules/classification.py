@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Score
@@ -13,6 +12,7 @@ from torchmetrics.classification import AUROC, Accuracy, ConfusionMatrix, F1Scor
 from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.kept_signature import kept_signature
+from lightning_modules.losses import ClassificationLoss, warn_if_old_loss_method
 from lightning_modules.task import StepOutput, Task
 
 
@@ -36,14 +36,6 @@ def class_names_of(datamodule: Any, num_classes: int) -> list[str]:
     return [str(name) for name in names]
 
 
-def soft_cross_entropy(logits: Tensor, targets: Tensor, weight: Tensor, label_smoothing: float = 0.0) -> Tensor:
-    """Cross entropy with class probabilities ``targets`` (batch, C), smoothed as ``F.cross_entropy`` smooths, and
-    weighted as it weights integer labels: per sample by the target-weighted class weight, the mean over their sum.
-    A one-hot target gives exactly ``F.cross_entropy`` of its class index."""
-    total = F.cross_entropy(logits, targets, weight=weight, label_smoothing=label_smoothing, reduction="sum")
-    return total / (targets * weight).sum()  # elementwise, not a matmul that autocast would run in bf16
-
-
 class ClassificationModule(Task):
     """Train a network to classify its inputs.
 
@@ -55,6 +47,10 @@ class ClassificationModule(Task):
     different smoothing compare. Metrics: accuracy and macro F1 per stage (``val/acc``, ``val/f1``), AUROC on
     val/test (``val/auroc``), and the confusion matrix of the last val/test epoch in ``last_confusion_matrix``
     (multiclass and binary).
+
+    The training loss is ``self.loss``, a ``ClassificationLoss`` built from these arguments (called with the
+    task's ``class_weights``); a subclass may set its own ``nn.Module`` instead (``self.loss =
+    nn.CrossEntropyLoss(weight=...)``), called as ``self.loss(logits, targets)``.
 
     The other arguments (``optimizer``, ``schedule``, ``monitor``, ``monitor_mode``, ``compile``, ``channels_last``)
     are ``Task``'s, passed on through ``**kwargs``; ``monitor`` defaults to ``val/acc``.
@@ -109,6 +105,10 @@ class ClassificationModule(Task):
         if task != "multilabel":
             self.val_confusion = ConfusionMatrix(**self._metric_kwargs(), validate_args=False)  # as the metrics
             self.test_confusion = ConfusionMatrix(**self._metric_kwargs(), validate_args=False)
+        self.old_loss_method = warn_if_old_loss_method(self)  # a subclass's loss() of earlier versions: called as before
+        if not self.old_loss_method:
+            #: the training loss (an ``nn.Module``; a subclass may set its own)
+            self.loss = ClassificationLoss(task, label_smoothing)
 
     @property
     def out_features(self) -> int:
@@ -158,22 +158,15 @@ class ClassificationModule(Task):
                 )
             self.class_weights.copy_(torch.tensor(inverse_frequency_weights(list(counts)), dtype=torch.float32))
 
-    def loss(self, logits: Tensor, targets: Tensor, smoothing: bool = True) -> Tensor:
-        """Cross entropy (multiclass) or BCE with logits (binary, multilabel), with class weights, and with label
-        smoothing when ``smoothing`` (the training loss; ``evaluation_loss`` passes ``False``)."""
-        amount = self.label_smoothing if smoothing else 0.0
-        if self.task == "multiclass":
-            if targets.is_floating_point():  # soft targets (batch, num_classes): mixup/cutmix
-                return soft_cross_entropy(logits, targets, self.class_weights, amount)
-            return F.cross_entropy(logits, targets, weight=self.class_weights, label_smoothing=amount)
-        soft = targets.float()
-        if amount > 0:
-            soft = soft * (1.0 - amount) + 0.5 * amount
-        if self.task == "binary":
-            pos_weight = self.class_weights[1:2] / self.class_weights[0]
-        else:
-            pos_weight = self.class_weights
-        return F.binary_cross_entropy_with_logits(logits, soft, pos_weight=pos_weight)
+    def compute_loss(self, logits: Tensor, targets: Tensor, smoothing: bool = True) -> Tensor:
+        """``self.loss`` of a batch: the built-in ``ClassificationLoss`` with the class weights, and with label
+        smoothing when ``smoothing`` (the training loss; ``evaluation_loss`` passes ``False``); a subclass's own
+        loss module as ``self.loss(logits, targets)``."""
+        if isinstance(self.loss, ClassificationLoss):
+            return self.loss(logits, targets, self.class_weights, smoothing)
+        if self.old_loss_method and not smoothing:
+            return self.loss(logits, targets, smoothing=False)
+        return self.loss(logits, targets)
 
     def logits(self, inputs: Any) -> Tensor:
         """Network output, checked against the expected width; binary logits are squeezed to ``(batch,)``."""
@@ -210,12 +203,14 @@ class ClassificationModule(Task):
         if self.weighted_classes and self.task == "multiclass":
             weight = (targets * self.class_weights).sum() if targets.is_floating_point() else self.class_weights[
                 targets].sum()
-        return StepOutput(self.loss(logits, targets), logits.detach(), targets, batch_length(inputs), weight)
+        return StepOutput(self.compute_loss(logits, targets), logits.detach(), targets, batch_length(inputs), weight)
 
     def evaluation_loss(self, out: StepOutput) -> Tensor:
         """The val/test loss: the batch's loss without label smoothing (recomputed from its logits only when the
-        task smooths)."""
-        return out.loss if self.label_smoothing == 0 else self.loss(out.outputs, out.targets, smoothing=False)
+        task smooths; a subclass's own loss module: the batch's loss)."""
+        if self.label_smoothing == 0 or not (self.old_loss_method or isinstance(self.loss, ClassificationLoss)):
+            return out.loss
+        return self.compute_loss(out.outputs, out.targets, smoothing=False)
 
     def metric_inputs(self, out: StepOutput) -> tuple[Tensor, Tensor]:
         targets = out.targets.long() if self.task == "multilabel" else out.targets

@@ -59,6 +59,8 @@ PRIVATE_NAMES: dict[str, str] = {
     "saved_train_loader_states": "checkpoint['loops']['fit_loop']['state_dict']['combined_loader'] (written by "
     "FitLoop.on_save_checkpoint, read back by FitLoop._load_combined_loader_states)",
     "SubcommandErrorHook": "LightningCLI._run_subcommand",
+    "keep_hyperparameters_from_loggers": "HyperparametersMixin._log_hyperparams (what save_hyperparameters(logger=) "
+    "set; Lightning's _log_hyperparams reads it at the start of a run)",
     "mlflow_logger_*": "MLFlowLogger._initialized, _log_model, _checkpoint_callback, _logged_model_time, "
     "_log_batch_kwargs, _experiment_name",
     "checkpoint_state_key": "Callback._generate_state_key",
@@ -314,6 +316,12 @@ def skip_batch_hooks(callback: CallbackT, needed: Iterable[str] | None = None) -
     return callback
 
 
+def keep_hyperparameters_from_loggers(module: Any) -> None:
+    """Stop Lightning from sending ``module``'s saved hyperparameters to the trainer's loggers at the start of a run
+    (as ``save_hyperparameters(logger=False)`` does): a recipe logs its whole config itself."""
+    module._log_hyperparams = False
+
+
 def checkpoint_state_key(callback: Any, **identity: Any) -> str:
     """The key under which Lightning stores a callback's state in a checkpoint (class name plus ``identity``)."""
     return callback._generate_state_key(**identity)
@@ -389,7 +397,7 @@ class ConfigDumpWithInitArgs:
 __all__ = [
     "attached_trainer", "BATCH_AND_INSTANCE_NORM", "BATCH_HOOKS", "built_from_config", "can_stop_after_this_batch",
     "checkpoint_state_key", "CheckpointPath", "ConfigDumpWithInitArgs", "epoch_batches_done", "hold_stop_request",
-    "is_compiled_in_place", "mlflow_logger_experiment_name", "mlflow_logger_forget_checkpoints",
+    "is_compiled_in_place", "keep_hyperparameters_from_loggers", "mlflow_logger_experiment_name", "mlflow_logger_forget_checkpoints",
     "mlflow_logger_log_model", "mlflow_logger_run_created", "mlflow_logger_unbuffered",
     "mlflow_logger_uploaded_files", "optimizer_has_stepped", "PRIVATE_NAMES", "QuickHookNameWrites",
     "saved_train_loader_states", "show_step_value", "skip_batch_hooks", "step_metrics_step", "stop_after_this_batch",

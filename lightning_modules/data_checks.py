@@ -12,15 +12,15 @@ def check_data_size(
 ) -> None:
     """Raise ``ValueError`` when ``datamodule.<name>`` is known and differs from this task's ``<name>``.
 
-    The message reads "<DataModule> has <data_says> but <Task> has <name>=<value>: set model.init_args.<name>
-    (and <network>) to <data value>"; ``data_says`` is formatted with the data module's value ("{} classes").
+    The message reads "<DataModule> has <data_says> but <Task> has <name>=<value>: set <name>
+    (model.init_args.<name> in a config) and <network> to <data value>", for Python and YAML users alike; ``data_says`` is formatted with the data module's value ("{} classes").
     """
     data_value = getattr(datamodule, name, None)
     mine = getattr(task, name)
     if data_value is not None and data_value != mine:
         raise ValueError(
             f"{type(datamodule).__name__} has {data_says.format(data_value)} but {type(task).__name__} has "
-            f"{name}={mine}: set model.init_args.{name} (and {network}) to {data_value}"
+            f"{name}={mine}: set {name} (model.init_args.{name} in a config) and {network} to {data_value}"
         )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
@@ -13,6 +12,7 @@ from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, 
 from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.kept_signature import kept_signature
+from lightning_modules.losses import regression_loss, warn_if_old_loss_method
 from lightning_modules.task import StepOutput, Task
 
 
@@ -22,6 +22,9 @@ class RegressionModule(Task):
     With ``standardize_targets`` the loss is computed on targets standardized with the mean and std of the
     train split (measured once at the start of fit and stored in the checkpoint); ``predict_step`` and the
     metrics always work in the original units.
+
+    The training loss is ``self.loss``, torch's loss module for ``loss`` (``nn.MSELoss``, ``nn.HuberLoss``,
+    ``nn.L1Loss``), called on the (standardized) predictions and targets; a subclass may set its own ``nn.Module``.
 
     The other arguments (``optimizer``, ``schedule``, ``monitor``, ``monitor_mode``, ``compile``, ``channels_last``)
     are ``Task``'s, passed on through ``**kwargs``; ``monitor`` defaults to ``val/loss``.
@@ -59,6 +62,10 @@ class RegressionModule(Task):
         self.register_buffer("target_mean", torch.zeros(out_features))
         self.register_buffer("target_std", torch.ones(out_features))
         self.register_buffer("target_stats_fitted", torch.tensor(False))
+        self.old_loss_method = warn_if_old_loss_method(self)  # a subclass's loss() of earlier versions: called as before
+        if not self.old_loss_method:
+            #: the training loss (an ``nn.Module``; a subclass may set its own)
+            self.loss = regression_loss(loss, huber_delta)
 
     def build_metrics(self) -> MetricCollection:
         return MetricCollection(
@@ -127,15 +134,14 @@ class RegressionModule(Task):
         raw = raw * self.target_std + self.target_mean
         return raw.squeeze(-1) if self.out_features == 1 else raw
 
-    def loss(self, predictions: Tensor, targets: Tensor) -> Tensor:
-        """The configured loss, on standardized values when ``standardize_targets``."""
+    def compute_loss(self, predictions: Tensor, targets: Tensor) -> Tensor:
+        """``self.loss`` of a batch, on standardized values when ``standardize_targets`` (a subclass's ``loss()``
+        method of earlier versions: on the values as they are)."""
+        if self.old_loss_method:
+            return self.loss(predictions, targets)
         predictions = (predictions - self.target_mean.squeeze()) / self.target_std.squeeze()
         targets = (targets - self.target_mean.squeeze()) / self.target_std.squeeze()
-        if self.loss_name == "mse":
-            return F.mse_loss(predictions, targets)
-        if self.loss_name == "huber":
-            return F.huber_loss(predictions, targets, delta=self.huber_delta)
-        return F.l1_loss(predictions, targets)
+        return self.loss(predictions, targets)
 
     def forward_batch(self, batch: Any) -> StepOutput:
         inputs, targets = split_batch(batch)
@@ -150,7 +156,7 @@ class RegressionModule(Task):
                 f"RegressionModule: predictions of shape {tuple(preds.shape)} do not match targets of shape "
                 f"{tuple(targets.shape)}"
             )
-        return StepOutput(self.loss(preds, targets), preds.detach(), targets, batch_length(inputs))
+        return StepOutput(self.compute_loss(preds, targets), preds.detach(), targets, batch_length(inputs))
 
     def prediction_columns(self, outputs: Tensor, datamodule: Any = None) -> dict[str, list[Any]]:
         """``prediction`` in the original target units (``prediction_0..k`` for several targets)."""

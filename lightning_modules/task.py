@@ -28,13 +28,12 @@ from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_
 from lightning_modules.fine_tuning import FineTuning
 from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
 from lightning_modules.kept_signature import kept_signature
-from lightning_modules.optim import Constant, Schedule, apply_lr_factors, total_optimizer_steps
+from lightning_modules.optim import Constant, Plateau, Schedule, apply_lr_factors, total_optimizer_steps
 from lightning_modules.optimizer_kernels import fused_where_supported, keep_kernel_on_load
 from lightning_modules.plateau_step import PlateauStep, plateau_step_taken
 from lightning_modules.read_steps import is_last_evaluation_batch, train_metrics_read_now, train_values_read_now
 from lightning_modules.stage_metrics import stage_metrics
 from lightning_modules.step_output import StepOutput, initial_loss_wording
-from lightning_modules.train_step_logging import TrainStepLogging
 
 STAGES = ("train", "val", "test")
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity")
@@ -77,11 +76,10 @@ class Task(QuickHookNameWrites, LightningModule):
     supports it (Adam, AdamW, SGD, Adagrad), the config leaves ``fused`` and ``foreach`` unset (``fused: false`` keeps
     the default) and no 16-mixed GradScaler must unscale for clipping.
 
-    A training step reads nothing back to the host: ``train/loss`` goes to the loggers, callback metrics and
-    progress bar (``TrainStepLogging``, without ``self.log``'s per-call bookkeeping) only on the steps whose values
-    reach the loggers (every ``log_every_n_steps``), on the last batch of each epoch and on the run's last step, so
-    the logged values, the progress bar at those steps and the epoch line are those of a per-step ``self.log``; the
-    train metrics' inputs are kept on the device and applied in one update at those steps
+    Every metric goes through ``self.log``: ``train/loss`` at every step (``on_step``; the callback metrics hold
+    each batch's loss, the loggers get it every ``log_every_n_steps``), not on the progress bar, whose values
+    Lightning reads back to the host after every batch: a training step reads nothing back to the host. The
+    train metrics' inputs are kept on the device and applied in one update at the epoch's or the run's last step
     (``DeferredMetricUpdates``); validation and test keep theirs until the last batch of each dataloader, so an
     evaluation batch reads nothing back either. The val and test loss is the plain loss (``evaluation_loss``: no
     label smoothing), a ``MeanLoss`` weighted by samples (or ``StepOutput.loss_weight``), so under DDP it is that of
@@ -118,7 +116,7 @@ class Task(QuickHookNameWrites, LightningModule):
         # schedule are objects that a weights_only checkpoint cannot hold: pass them again when loading.
         from_config = built_from_config()
         ignore = list(self.prediction_options) + ([] if from_config else ["model", "optimizer", "schedule"])
-        self.save_hyperparameters(ignore=ignore, logger=False)
+        self.save_hyperparameters(ignore=ignore)  # plain values: sent to the trainer's loggers too
         self.model = model
         #: the fine-tuning arguments, checked against the network now (a pattern that names nothing is an error)
         self.fine_tuning = FineTuning(model, init_from, freeze, unfreeze_at_epoch, lr_multipliers, layerwise_lr_decay)
@@ -138,7 +136,7 @@ class Task(QuickHookNameWrites, LightningModule):
         self.metric_updates = {s: DeferredMetricUpdates(functools.partial(self.update_metrics, s)) for s in STAGES}
         #: the last optimizer step's total gradient norm before clipping, measured when clipping by norm; else ``None``
         self.gradient_norm: Tensor | None = None
-        self.train_step_logging = TrainStepLogging()  # train/loss to the loggers without self.log's bookkeeping
+        self._adopted_metrics: int | None = None  # id() of a subclass's ``metrics`` collection once adopted
 
     @staticmethod
     def mode_for(metric: str) -> Literal["min", "max"]:
@@ -243,6 +241,7 @@ class Task(QuickHookNameWrites, LightningModule):
         return self.model(inputs)
 
     def setup(self, stage: str) -> None:
+        self.adopt_own_metrics()
         remember_data_hook_owners(trainer := attached_trainer(self))  # Lightning asks at every batch otherwise
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         if datamodule is not None:
@@ -254,6 +253,15 @@ class Task(QuickHookNameWrites, LightningModule):
             self.model.to(memory_format=torch.channels_last)  # 4-D parameters only; Lightning's .to keeps it
         if self.compile_network and not is_compiled_in_place(self.model):
             self.model.compile()
+
+    def adopt_own_metrics(self) -> None:
+        """A subclass that sets ``self.metrics`` (a ``MetricCollection``) in its ``__init__`` gets those metrics per
+        stage (``train/``, ``val/``, ``test/``; plus ``build_eval_metrics`` on val and test) instead of
+        ``build_metrics``'s. Called at setup."""
+        own = getattr(self, "metrics", None)
+        if isinstance(own, MetricCollection) and id(own) != self._adopted_metrics:
+            self.train_metrics, self.val_metrics, self.test_metrics = stage_metrics(own, self.build_eval_metrics())
+            self._adopted_metrics = id(own)
 
     def load_initial_weights(self, path: str | None = None) -> WeightsReport | None:
         """Load ``init_from`` (or ``path``, a local copy of it) into the network now, once (a run's start calls it;
@@ -274,8 +282,11 @@ class Task(QuickHookNameWrites, LightningModule):
         checkpoint[TRAIN_METRIC_STATE] = epoch_metric_state(self.train_metrics, self.metric_updates["train"])
 
     def configure_callbacks(self) -> list[Callback]:
-        # PlateauStep: plateau steps before the checkpoints; Lightning skips their batch hooks that are its no-ops
-        return [skip_batch_hooks(callback) for callback in (*self.fine_tuning.callbacks(), PlateauStep())]
+        """The callbacks this configuration needs: fine-tuning's when parts are frozen, ``PlateauStep`` (plateau
+        steps before the checkpoints) with a ``Plateau`` schedule or a subclass's own ``configure_optimizers``."""
+        plateau = isinstance(self.configured_schedule(), Plateau) or self.configured_schedule() is None
+        callbacks = (*self.fine_tuning.callbacks(), *([PlateauStep()] if plateau else []))
+        return [skip_batch_hooks(callback) for callback in callbacks]  # Lightning skips their no-op batch hooks
 
     def train(self, mode: bool = True) -> Task:
         super().train(mode)
@@ -291,7 +302,9 @@ class Task(QuickHookNameWrites, LightningModule):
             if train_values_read_now(trainer):  # a logging step, the epoch's or run's last
                 if train_metrics_read_now(trainer):  # epoch values: not read at a logging step
                     updates.flush()
-                self.train_step_logging.step_read(trainer, out.loss)
+            # every step (callbacks read it at each batch's end); not on the progress bar, whose value Lightning
+            # would read back to the host after every batch
+            self.log("train/loss", out.loss.detach(), on_step=True, on_epoch=False, batch_size=out.batch_size)
         else:
             if is_last_evaluation_batch(trainer, batch_idx):  # true outside a Trainer
                 updates.flush()
@@ -313,7 +326,6 @@ class Task(QuickHookNameWrites, LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trainer.should_stop:  # set during this batch (a signal, a callback): the epoch ends here
             self.metric_updates["train"].flush()
-        self.train_step_logging.batch_end(self.trainer)
 
     def on_validation_end(self) -> None:
         if self.trainer.state.fn == "fit" and self.trainer.should_stop:  # early stopping after a mid-epoch validation
@@ -326,7 +338,6 @@ class Task(QuickHookNameWrites, LightningModule):
         self._metrics_logged["train"] = False
         self.metric_updates["train"].clear()  # steps of an epoch that ended without its end-of-epoch hooks (an
         start_train_epoch(self.train_metrics, self.loggers, self.global_step)  # exception); a restored epoch logged
-        self.train_step_logging.start_epoch()
 
     def on_validation_epoch_start(self) -> None:
         self._metrics_logged["val"] = False

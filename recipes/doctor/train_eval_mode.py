@@ -27,12 +27,16 @@ from recipes.doctor.findings import FindingsReporter
 def mode_modules(pl_module: pl.LightningModule) -> list[tuple[str, torch.nn.Module]]:
     """(name, module) of every module of ``pl_module`` whose mode matters ("" is the LightningModule itself).
 
-    torchmetrics metrics and everything inside them are left out: their mode changes nothing.
+    torchmetrics metrics and everything inside them are left out: their mode changes nothing; so is the task's loss
+    module (``pl_module.loss``) when it has no submodules and no parameters (``nn.CrossEntropyLoss``, the tasks' own).
     """
     out: list[tuple[str, torch.nn.Module]] = []
     metric_prefixes: list[str] = []
+    loss = getattr(pl_module, "loss", None)
     for name, module in pl_module.named_modules():
         if any(name.startswith(prefix) for prefix in metric_prefixes):
+            continue
+        if module is loss and not any(True for _ in module.children()) and not any(True for _ in module.parameters()):
             continue
         if isinstance(module, (Metric, MetricCollection)):
             metric_prefixes.append(f"{name}.")

@@ -27,7 +27,8 @@ import lightning_modules  # noqa: F401  (registers the tasks for short class nam
 from datamodules.recipe_contract import new_data_settings_of, predicts_new_data, settings_outside_split
 from lightning_modules.recipe_contract import monitor_mode_of, monitor_of
 from lightning_modules.compat import (
-    ConfigDumpWithInitArgs, SubcommandErrorHook, mlflow_logger_run_created, skip_batch_hooks,
+    ConfigDumpWithInitArgs, SubcommandErrorHook, keep_hyperparameters_from_loggers, mlflow_logger_run_created,
+    skip_batch_hooks,
 )
 from lightning_modules.no_op_profiler import NoOpProfiler
 from recipes.doctor.loop_doctor import LoopDoctor
@@ -270,6 +271,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
                 raise RecipeInputError(str(size_error)) from err
             raise RecipeInputError(concise_error(size_error or err)) from err
         self.data_sizes.prune_hyperparameters(self.model)
+        keep_hyperparameters_from_loggers(self.model)  # the run's config is logged whole (TrackedRun.log_params_once)
         if self.subcommand == "fit":  # a processor other than the pretrained network's: one warning line
             warn_if_processor_differs(self.model, self.datamodule)
         cfg = self.subcommand_config

@@ -556,5 +556,23 @@ def test_mlflow_logger_private_state(tmp_path: Path) -> None:
     assert compat.mlflow_logger_run_created(logger) is True, message
 
 
+@probes("keep_hyperparameters_from_loggers")
+def test_keep_hyperparameters_from_loggers_stops_lightnings_call(tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lightning_modules import ClassificationModule
+    from lightning_modules.models import MLP
+
+    module = ClassificationModule(MLP(2, 3, [4]), 3)
+    compat.keep_hyperparameters_from_loggers(module)
+    logger = CSVLogger(tmp_path, name="run")
+    trainer = Trainer(max_steps=1, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", limit_val_batches=0)
+    x, y = torch.randn(8, 2), torch.randint(0, 3, (8,))
+    trainer.fit(module, DataLoader(TensorDataset(x, y), batch_size=8))
+    assert logger.experiment.hparams == {}, upgrade_message("keep_hyperparameters_from_loggers")
+
+
 def test_every_private_name_has_a_probe() -> None:
     assert PROBED == set(compat.PRIVATE_NAMES), "add a probe here for each entry of compat.PRIVATE_NAMES"

@@ -1,14 +1,13 @@
 """What a task's training steps log: every metric name, step and value, pinned (issue 32, point 3).
 
-``train/loss`` reaches the loggers, the callback metrics and the progress bar without Lightning's ``self.log``
-bookkeeping (``lightning_modules.train_step_logging``); these tests pin what a short fit records, as captured from
-the code that still called ``self.log`` for it: the loggers' calls (step, names, values), the callback metrics and
-progress-bar values at each epoch's end (the epoch line prints them), under gradient accumulation, max_steps and a
-run stopped after a batch that was not read, a recipe's whole MLflow record (``lr/decay``, ``lr/no_decay``,
-``doctor/grad_norm``, the epoch-level metrics) and its epoch lines. The last test shows what the bypass removes
-besides the per-call cost: Lightning kept the last logged ``train/loss`` in its result collection and read it back
-to the host (the progress-bar value) after every later batch of the epoch, a host-device sync on ordinary batches on
-a GPU.
+``train/loss`` goes through ``self.log`` at every step (issue 54, item 8), not on the progress bar (Lightning reads a
+progress-bar value back to the host after every batch); a run stopped after a batch logs that batch's own loss. These
+tests pin what a short fit records: the loggers' calls (step, names, values), the callback metrics and progress-bar
+values at each epoch's end (the epoch line prints the callback metrics), under gradient accumulation, max_steps and
+a run stopped after a batch that was not read, a recipe's whole MLflow record (``lr/decay``, ``lr/no_decay``,
+``doctor/grad_norm``, the epoch-level metrics) and its epoch lines. The last test shows that Lightning's bookkeeping
+reads no logged value back to the host after an ordinary batch (a progress-bar ``train/loss`` would be read after
+every batch: a host-device sync on ordinary batches on a GPU).
 """
 
 from __future__ import annotations
@@ -130,13 +129,11 @@ FITS = {
              "train/f1": 0.250798},
         ],
         "bar": [
-            {"train/loss": 1.190308,
-             "val/loss": 1.078477,
+            {"val/loss": 1.078477,
              "val/acc": 0.375,
              "val/f1": 0.269308,
              "val/auroc": 0.569333},
-            {"train/loss": 1.187322,
-             "val/loss": 1.080232,
+            {"val/loss": 1.080232,
              "val/acc": 0.375,
              "val/f1": 0.282878,
              "val/auroc": 0.550444},
@@ -175,8 +172,8 @@ FITS = {
              "train/f1": 0.242567},
         ],
         "bar": [
-            {"train/loss": 1.189086, "val/loss": 1.07742, "val/acc": 0.375, "val/f1": 0.257778, "val/auroc": 0.575333},
-            {"train/loss": 1.186631, "val/loss": 1.078671, "val/acc": 0.4, "val/f1": 0.293651, "val/auroc": 0.557555},
+            {"val/loss": 1.07742, "val/acc": 0.375, "val/f1": 0.257778, "val/auroc": 0.575333},
+            {"val/loss": 1.078671, "val/acc": 0.4, "val/f1": 0.293651, "val/auroc": 0.557555},
         ],
         "final": {"train/loss": 1.186631,
                   "val/loss": 1.078671,
@@ -212,13 +209,11 @@ FITS = {
              "train/f1": 0.194518},
         ],
         "bar": [
-            {"train/loss": 1.190308,
-             "val/loss": 1.078477,
+            {"val/loss": 1.078477,
              "val/acc": 0.375,
              "val/f1": 0.269308,
              "val/auroc": 0.569333},
-            {"train/loss": 1.123905,
-             "val/loss": 1.078477,
+            {"val/loss": 1.078477,
              "val/acc": 0.375,
              "val/f1": 0.269308,
              "val/auroc": 0.569333},
@@ -234,12 +229,12 @@ FITS = {
     "stopped": {
         "logged": [
             (2, {"train/loss": 1.001107, "epoch": 0.0}),
-            (3, {"train/loss": 1.001107, "epoch": 0.0}),
+            (3, {"train/loss": 1.099628, "epoch": 0.0}),
             (3, {"val/loss": 1.077649, "val/acc": 0.375, "val/f1": 0.257778, "val/auroc": 0.575333, "epoch": 0.0}),
             (3, {"train/acc": 0.3125, "train/f1": 0.238095, "epoch": 0.0}),
         ],
         "callback": [
-            {"train/loss": 1.001107,
+            {"train/loss": 1.099628,
              "val/loss": 1.077649,
              "val/acc": 0.375,
              "val/f1": 0.257778,
@@ -248,13 +243,12 @@ FITS = {
              "train/f1": 0.238095},
         ],
         "bar": [
-            {"train/loss": 1.001107,
-             "val/loss": 1.077649,
+            {"val/loss": 1.077649,
              "val/acc": 0.375,
              "val/f1": 0.257778,
              "val/auroc": 0.575333},
         ],
-        "final": {"train/loss": 1.001107,
+        "final": {"train/loss": 1.099628,
                   "val/loss": 1.077649,
                   "val/acc": 0.375,
                   "val/f1": 0.257778,
