@@ -178,17 +178,17 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fix
 def built_trainers(monkeypatch: pytest.MonkeyPatch) -> list:
     """The Trainers ``recipes`` commands build during the test, in order, each as ``RecipesCLI.instantiate_trainer``
     returned it (read its callbacks or profiler after the command)."""
-    from recipes import cli
+    from recipes.run.recipes_cli import RecipesCLI
 
     trainers: list = []
-    original = cli.RecipesCLI.instantiate_trainer
+    original = RecipesCLI.instantiate_trainer
 
     def record(self, **kwargs):
         trainer = original(self, **kwargs)
         trainers.append(trainer)
         return trainer
 
-    monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", record)
+    monkeypatch.setattr(RecipesCLI, "instantiate_trainer", record)
     return trainers
 
 

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import recipes.cli as cli
+from recipes.run.recipes_cli import RecipesCLI
 from tests.conftest import CONFIGS, REPO, mlflow_client, runs_of
 
 
@@ -29,16 +30,16 @@ class SigtermAtStep(Callback):
 
 
 def fit(monkeypatch, recipe: str | Path, *args: str, extra_callbacks: list | None = None) -> None:
-    original = cli.RecipesCLI.default_callbacks
+    original = RecipesCLI.default_callbacks
     if extra_callbacks:
         monkeypatch.setattr(
-            cli.RecipesCLI, "default_callbacks", lambda self, cfg: original(self, cfg) + list(extra_callbacks)
+            RecipesCLI, "default_callbacks", lambda self, cfg: original(self, cfg) + list(extra_callbacks)
         )
     try:
         config = recipe if isinstance(recipe, Path) else CONFIGS / f"{recipe}.yaml"
         cli.main(["fit", "-c", str(config), *LIMITS, *args])
     finally:
-        monkeypatch.setattr(cli.RecipesCLI, "default_callbacks", original)
+        monkeypatch.setattr(RecipesCLI, "default_callbacks", original)
 
 
 def last_of(workdir: Path, recipe: str, run_id: str) -> dict:

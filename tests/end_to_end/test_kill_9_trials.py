@@ -47,10 +47,10 @@ def die():
 
 
 def add_callback(callback):
-    import recipes.cli as cli
+    from recipes.run.recipes_cli import RecipesCLI
 
-    original = cli.RecipesCLI.default_callbacks
-    cli.RecipesCLI.default_callbacks = lambda self, cfg: original(self, cfg) + [callback]
+    original = RecipesCLI.default_callbacks
+    RecipesCLI.default_callbacks = lambda self, cfg: original(self, cfg) + [callback]
 
 
 def checkpoint_os(kill_at, step, after=False):

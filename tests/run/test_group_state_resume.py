@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from recipes import cli
+from recipes.run.recipes_cli import RecipesCLI
 from recipes.callbacks.plateau_resume import PlateauStepOnResume
 from recipes.callbacks.random_states import RandomStates
 from recipes.run.callback_group import CallbackGroup
@@ -124,8 +125,8 @@ def test_a_checkpoint_written_before_the_group_resumes_with_every_callback_state
     monkeypatch.setattr(RandomStates, "load_state_dict", random_loaded)
     monkeypatch.setattr(PlateauStepOnResume, "load_state_dict", plateau_loaded)
     probe = Probe()
-    original = cli.RecipesCLI.default_callbacks
-    monkeypatch.setattr(cli.RecipesCLI, "default_callbacks", lambda self, cfg: original(self, cfg) + [probe])
+    original = RecipesCLI.default_callbacks
+    monkeypatch.setattr(RecipesCLI, "default_callbacks", lambda self, cfg: original(self, cfg) + [probe])
     cli.main(["fit", "-c", str(SPIRAL), *ARGS, "--ckpt_path", str(ckpt)])
     [trainer] = built_trainers
     seen = list(trainer.callbacks)
