@@ -27,7 +27,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from lightning_modules.compat import epoch_batches_done
+from lightning_modules.read_steps import epoch_batches_done
 
 
 def _epoch_config(trainer: Any, scheduler: Any) -> Any | None:

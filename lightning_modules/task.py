@@ -20,7 +20,7 @@ from torch.optim import Optimizer
 from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
-from lightning_modules.compat import QuickHookNameWrites, attached_trainer, built_from_config, is_compiled_in_place, relog_held_metrics, remember_data_hook_owners, skip_batch_hooks
+from lightning_modules.compat import built_from_config, is_compiled_in_place
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
 from lightning_modules.evaluation_loss import MeanLoss
@@ -31,7 +31,7 @@ from lightning_modules.kept_signature import kept_signature
 from lightning_modules.optim import Constant, Plateau, Schedule, apply_lr_factors, total_optimizer_steps
 from lightning_modules.optimizer_kernels import fused_where_supported, keep_kernel_on_load
 from lightning_modules.plateau_step import PlateauStep, plateau_step_taken
-from lightning_modules.read_steps import is_last_evaluation_batch, train_metrics_read_now, train_values_read_now
+from lightning_modules.read_steps import is_last_evaluation_batch, train_metrics_read_now
 from lightning_modules.stage_metrics import stage_metrics
 from lightning_modules.step_output import StepOutput, initial_loss_wording
 
@@ -43,7 +43,7 @@ LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity")
 OptimizerCallable = Callable[[Iterable], Optimizer]
 
 
-class Task(QuickHookNameWrites, LightningModule):
+class Task(LightningModule):
     """Base of every loopwise task: network, optimizer, schedule, per-stage metrics and the monitored metric.
 
     Args:
@@ -91,7 +91,6 @@ class Task(QuickHookNameWrites, LightningModule):
     #: left out of the saved hyperparameters, so the values of the predict command (``--model.init_args.<name>``)
     #: or YAML apply to a checkpoint, which LightningCLI otherwise rebuilds from its own hyperparameters.
     prediction_options: ClassVar[tuple[str, ...]] = ()
-    plain_attributes = QuickHookNameWrites.plain_attributes | {"gradient_norm"}  # set at every step
 
     def __init__(
         self,
@@ -242,7 +241,7 @@ class Task(QuickHookNameWrites, LightningModule):
 
     def setup(self, stage: str) -> None:
         self.adopt_own_metrics()
-        remember_data_hook_owners(trainer := attached_trainer(self))  # Lightning asks at every batch otherwise
+        trainer = self.attached_trainer()
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         if datamodule is not None:
             reason = self.data_mismatch(datamodule)
@@ -253,6 +252,13 @@ class Task(QuickHookNameWrites, LightningModule):
             self.model.to(memory_format=torch.channels_last)  # 4-D parameters only; Lightning's .to keeps it
         if self.compile_network and not is_compiled_in_place(self.model):
             self.model.compile()
+
+    def attached_trainer(self) -> Any | None:
+        """The Trainer this task is attached to, or ``None`` (``self.trainer`` raises when there is none)."""
+        try:
+            return self.trainer
+        except RuntimeError:
+            return None
 
     def adopt_own_metrics(self) -> None:
         """A subclass that sets ``self.metrics`` (a ``MetricCollection``) in its ``__init__`` gets those metrics per
@@ -286,7 +292,7 @@ class Task(QuickHookNameWrites, LightningModule):
         steps before the checkpoints) with a ``Plateau`` schedule or a subclass's own ``configure_optimizers``."""
         plateau = isinstance(self.configured_schedule(), Plateau) or self.configured_schedule() is None
         callbacks = (*self.fine_tuning.callbacks(), *([PlateauStep()] if plateau else []))
-        return [skip_batch_hooks(callback) for callback in callbacks]  # Lightning skips their no-op batch hooks
+        return list(callbacks)
 
     def train(self, mode: bool = True) -> Task:
         super().train(mode)
@@ -296,12 +302,11 @@ class Task(QuickHookNameWrites, LightningModule):
 
     def _shared_step(self, batch: Any, stage: str, batch_idx: int | None = None) -> StepOutput:
         out = self.forward_batch(batch)
-        updates, trainer = self.metric_updates[stage], attached_trainer(self)
+        updates, trainer = self.metric_updates[stage], self.attached_trainer()
         updates.add(out.outputs, out.targets)
         if stage == "train":
-            if train_values_read_now(trainer):  # a logging step, the epoch's or run's last
-                if train_metrics_read_now(trainer):  # epoch values: not read at a logging step
-                    updates.flush()
+            if train_metrics_read_now(trainer):  # the epoch's or the run's last step: its epoch values are read
+                updates.flush()
             # every step (callbacks read it at each batch's end); not on the progress bar, whose value Lightning
             # would read back to the host after every batch
             self.log("train/loss", out.loss.detach(), on_step=True, on_epoch=False, batch_size=out.batch_size)
@@ -313,14 +318,13 @@ class Task(QuickHookNameWrites, LightningModule):
         if batch_idx == 0 or not self._metrics_logged.get(stage):
             # Metrics (the loss a Metric like the collection: synced over the ranks) go to self.log once per epoch and
             # loader, at batch_idx 0 or the first batch after the epoch-start hooks reset the flag (a resumed epoch);
-            # Lightning keeps them, computes and resets them at the epoch's end; later epochs re-mark them, cheaply.
+            # Lightning keeps them, computes and resets them at the epoch's end.
             self._metrics_logged[stage] = True
+            if stage != "train":
+                loss = getattr(self, f"{stage}_loss_metric")
+                self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=out.batch_size)
             metrics: MetricCollection = getattr(self, f"{stage}_metrics")
-            loss = [] if stage == "train" else [(f"{stage}/loss", getattr(self, f"{stage}_loss_metric"))]
-            if not relog_held_metrics(self, [*loss, *metrics.items(keep_base=False, copy_state=False)]):
-                for name, metric in loss:
-                    self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=out.batch_size)
-                self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
+            self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=out.batch_size)
         return out
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -366,7 +370,7 @@ class Task(QuickHookNameWrites, LightningModule):
         self._shared_step(batch, "test", batch_idx)
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        if not plateau_step_taken(attached_trainer(self), scheduler):  # PlateauStep took it before the checkpoints
+        if not plateau_step_taken(self.attached_trainer(), scheduler):  # PlateauStep took it before the checkpoints
             super().lr_scheduler_step(scheduler, metric)
 
     def configure_gradient_clipping(
@@ -386,14 +390,14 @@ class Task(QuickHookNameWrites, LightningModule):
     def clipping_measures_gradient_norm(self) -> bool:
         """Whether this task's clipping will measure the total gradient norm of the coming optimizer step (kept in
         ``gradient_norm``): clipping by norm the default way, and ``configure_gradient_clipping`` not overridden."""
-        trainer = attached_trainer(self)
+        trainer = self.attached_trainer()
         if trainer is None or type(self).configure_gradient_clipping is not Task.configure_gradient_clipping:
             return False
         return clips_by_norm_the_default_way(trainer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
 
     def configure_optimizers(self) -> Any:
         optimizer = apply_lr_factors(self.optimizer(self.fine_tuning.param_groups(self)))
-        fuse = not clips_under_a_grad_scaler(attached_trainer(self))  # fp16 + clipping: Lightning unscales, then clips
+        fuse = not clips_under_a_grad_scaler(self.attached_trainer())  # fp16 + clipping: Lightning unscales, then clips
         optimizer = keep_kernel_on_load(fused_where_supported(optimizer) if fuse else optimizer)  # not the checkpoint's
         total_steps = None
         if self.schedule.needs_total_steps:

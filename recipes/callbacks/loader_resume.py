@@ -20,7 +20,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.combined_loader import CombinedLoader
 
-from lightning_modules.compat import saved_train_loader_states
+from recipes.compat.internals import saved_train_loader_states
 
 
 def stateful_train_loaders(trainer: pl.Trainer) -> list[Any]:

@@ -17,7 +17,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lightning_modules.compat import epoch_batches_done
+from lightning_modules.read_steps import epoch_batches_done
 from lightning_modules.plateau_step import plateau_steps_due
 
 

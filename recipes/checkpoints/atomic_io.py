@@ -32,7 +32,7 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from fsspec.implementations.local import LocalFileSystem
 
-from lightning_modules.compat import CheckpointPath, strategy_checkpoint_io_is_set
+from recipes.compat.internals import CheckpointPath, strategy_checkpoint_io_is_set
 
 TEMP_SUFFIX = ".tmp"
 # ``.<name>.<pid>@<host>.<mkstemp's random part>.tmp``: whose temp file it is, so a later process removes it once its

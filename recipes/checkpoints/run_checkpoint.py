@@ -11,7 +11,8 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lightning_modules.compat import checkpoint_state_key, epoch_batches_done, skip_batch_hooks
+from lightning_modules.read_steps import epoch_batches_done
+from recipes.compat.internals import checkpoint_state_key, skip_batch_hooks
 from recipes.checkpoints.atomic_io import remove_leftover_temp_files
 from recipes.checkpoints.resumed_best import ResumedBest, describe_resume, fetch_from_store, repointed, restore_best
 from recipes.tracking.logger import find_mlflow_logger

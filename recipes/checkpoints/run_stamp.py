@@ -31,7 +31,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from lightning_modules.compat import mlflow_logger_experiment_name
+from recipes.compat.internals import mlflow_logger_experiment_name
 from recipes.checkpoints.files import STAMP_KEY
 from recipes.checkpoints.run_lock import lock_fit_run
 from recipes.tracking.recreated_runs import current_run_id

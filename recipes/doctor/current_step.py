@@ -28,7 +28,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
-from lightning_modules.read_steps import is_read_step
+from recipes.doctor.read_steps import is_read_step
 from lightning_modules.batches import split_batch
 from lightning_modules.recipe_contract import clipping_measures_gradient_norm, measured_gradient_norm
 from recipes.doctor.base import CALLBACK_HOOKS, DoctorCheck, DoctorPart

@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lightning_modules.compat import time_train_fetches, untime_train_fetches
+from recipes.compat.internals import time_train_fetches, untime_train_fetches
 from recipes.doctor.base import DoctorCheck
 from recipes.doctor.findings import FindingsReporter
 

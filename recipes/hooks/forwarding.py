@@ -21,7 +21,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from lightning_modules.compat import BATCH_HOOKS, skip_batch_hooks
+from recipes.compat.internals import BATCH_HOOKS, skip_batch_hooks
 
 # the hooks a ForwardingCallback forwards: every ``on_*`` hook of Lightning's Callback, ``setup`` and ``teardown``
 HOOKS: tuple[str, ...] = tuple(

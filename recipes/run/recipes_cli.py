@@ -26,7 +26,7 @@ import datamodules  # noqa: F401  (registers the data modules for short class na
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
 from datamodules.recipe_contract import new_data_settings_of, predicts_new_data, settings_outside_split
 from lightning_modules.recipe_contract import monitor_mode_of, monitor_of
-from lightning_modules.compat import (
+from recipes.compat.internals import (
     ConfigDumpWithInitArgs, SubcommandErrorHook, keep_hyperparameters_from_loggers, mlflow_logger_run_created,
     skip_batch_hooks,
 )

@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from lightning_modules.compat import (
+from recipes.compat.internals import (
     mlflow_logger_experiment_name, mlflow_logger_forget_checkpoints, mlflow_logger_log_model,
     mlflow_logger_run_created, mlflow_logger_unbuffered, mlflow_logger_uploaded_files,
 )

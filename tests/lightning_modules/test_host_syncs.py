@@ -24,7 +24,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lightning_modules.read_steps import is_read_step
+from recipes.doctor.read_steps import is_read_step
 from lightning_modules.task import Task
 from recipes.cli import main
 from tests.conftest import CONFIGS, REPO

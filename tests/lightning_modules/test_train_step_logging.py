@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
-from lightning_modules.read_steps import is_read_step
+from recipes.doctor.read_steps import is_read_step
 from recipes.cli import main
 from tests.conftest import CONFIGS, mlflow_client, runs_of
 from tests.lightning_modules.test_step_values import Recorder  # every log_metrics call: (step, {name: value})

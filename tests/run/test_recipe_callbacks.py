@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recipes import cli
+from recipes.run.recipes_cli import RecipesCLI
 from recipes.run.callback_group import CallbackGroup
 from recipes.run.callback_table import RECIPE_CALLBACKS, RecipeRun, callback_names, flat, recipe_callbacks
 
@@ -124,14 +125,14 @@ def test_every_row_says_why_it_stands_there():
 
 def test_the_trainer_of_a_recipe_gets_them_in_that_order(workdir, monkeypatch):
     seen = []
-    original = cli.RecipesCLI.instantiate_trainer
+    original = RecipesCLI.instantiate_trainer
 
     def record(self, **kwargs):
         trainer = original(self, **kwargs)
         seen.extend(type(c).__name__ for c in flat(trainer.callbacks))
         return trainer
 
-    monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", record)
+    monkeypatch.setattr(RecipesCLI, "instantiate_trainer", record)
     cli.main(["fit", "-c", str(SPIRAL), "--trainer.fast_dev_run", "1"])
     ours = [name for name in seen if name not in ("ModelSummary", "RichModelSummary", "TQDMProgressBar", "RichProgressBar")]
     # fast_dev_run builds no logger (no LR monitor); Lightning moves checkpoint callbacks after all others
@@ -200,7 +201,7 @@ def test_lightning_calls_only_the_batch_hooks_that_do_something_and_every_hook_o
     from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.profilers import PassThroughProfiler
 
-    from lightning_modules.compat import BATCH_HOOKS
+    from recipes.compat.internals import BATCH_HOOKS
 
     class Recording(PassThroughProfiler):
         actions: list[str] = []
@@ -212,7 +213,7 @@ def test_lightning_calls_only_the_batch_hooks_that_do_something_and_every_hook_o
         pass
 
     users = UsersCallback()
-    original = cli.RecipesCLI.instantiate_trainer
+    original = RecipesCLI.instantiate_trainer
 
     def with_recording_profiler(self, **kwargs):
         self.config_init[self.subcommand]["trainer"]["callbacks"] = [users]
@@ -220,7 +221,7 @@ def test_lightning_calls_only_the_batch_hooks_that_do_something_and_every_hook_o
         trainer.profiler = Recording()
         return trainer
 
-    monkeypatch.setattr(cli.RecipesCLI, "instantiate_trainer", with_recording_profiler)
+    monkeypatch.setattr(RecipesCLI, "instantiate_trainer", with_recording_profiler)
     cli.main(["fit", "-c", str(SPIRAL), "--trainer.max_steps", "3", "--trainer.limit_val_batches", "2",
               "--checkpoint_every_n_steps", "2"])
     called: dict[str, set[str]] = {}
