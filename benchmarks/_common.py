@@ -169,7 +169,7 @@ class LoopTimer(Callback):
     rss: ClassVar[list[tuple[int, int]]] = []  # (epoch, bytes)
 
     def __init__(self) -> None:
-        from lightning_modules.compat import skip_batch_hooks
+        from recipes.compat.internals import skip_batch_hooks
 
         # Lightning calls every callback's batch hooks, the base class's no-ops too (five a step here): the timer
         # would add their dispatch to the Lightning loops it times and not to the plain loops they are compared with
