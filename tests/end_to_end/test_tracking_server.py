@@ -119,7 +119,11 @@ def test_the_first_command_after_a_server_starts_waits_until_its_api_answers(tmp
         out, err = capsys.readouterr()
         assert done.value.code == 0, out + err
         assert "does not answer" not in out + err and 6.0 < waited < 30.0
-        assert f"recipes: waiting for the MLflow tracking server at {server.uri}" in err
+        # the line is printed once a probe fails while /health answers; on a loaded machine the first probe may
+        # instead wait on the server's lock until it is released and succeed (no line): either way, no failure
+        waiting = [line for line in err.splitlines() if line.startswith("recipes: waiting for")]
+        assert len(waiting) <= 1 and all(f"the MLflow tracking server at {server.uri}: /health answers" in line
+                                         for line in waiting), err
         assert "recipes: warning: LOOPWISE_SERVER_WAIT_S='soon' is not a number of seconds >= 0" in err
     finally:
         store.close()
