@@ -207,7 +207,7 @@ class NoHostSyncs(Callback):
 
     @staticmethod
     def ordinary(trainer: Any) -> bool:
-        from lightning_modules.read_steps import is_read_step
+        from recipes.doctor.read_steps import is_read_step
 
         return not is_read_step(trainer)
 
