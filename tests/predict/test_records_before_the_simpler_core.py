@@ -68,3 +68,17 @@ def test_last_ckpt_resumes_from_its_epoch_and_the_journal_replays(workdir):
     [replayed] = [run for run in runs if run.info.run_id != resumed.info.run_id]
     values = [m.value for m in client.get_metric_history(replayed.info.run_id, "val/loss")]
     assert len(values) == 2 and values[-1] == pytest.approx(0.7103108763694763, rel=1e-6)
+
+
+@pytest.mark.slow  # a real `mlflow models serve` (about 20 s to start)
+def test_the_logged_regression_model_serves_what_it_predicted(tmp_path):
+    from tests.served_models import invoke, served_model
+
+    model = BEFORE / "regression" / "model"
+    example = json.loads((model / "input_example.json").read_text())
+    before = pd.read_csv(BEFORE / "regression" / "predictions_before.csv")
+    with served_model(tmp_path, str(model)) as port:
+        status, body = invoke(port, pd.DataFrame(example["data"], columns=example["columns"]))
+    assert status == 200, body
+    served = [row["prediction"] for row in body["predictions"]]
+    assert served == pytest.approx(before["prediction"].tolist(), rel=1e-5)
