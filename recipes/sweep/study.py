@@ -29,6 +29,7 @@ from recipes.sweep.space import SweepFile
 from recipes.sweep.workers import abandoned_trials
 from recipes.tracking.database_urls import masked_url
 from recipes.tracking.experiment_kind import create_experiment
+from recipes.tracking.sweep_counts import trial_counts
 
 PARENT_ATTR = "loopwise.mlflow_parent_run_id"
 EXPERIMENT_ATTR = "loopwise.experiment"
@@ -152,17 +153,7 @@ def counts(study: optuna.Study) -> dict[str, int]:
     """Trials of the study by state: complete, pruned, failed, running; trials stopped by Ctrl+C or SIGTERM, or
     failed because their worker died (``recipes.sweep.workers``), are counted apart (``interrupted``): they do not
     use the ``--n_trials`` budget."""
-    trials = study.get_trials(deepcopy=False)
-    abandoned = abandoned_trials(study)
-    interrupted = [t for t in trials if t.user_attrs.get("interrupted") or
-                   (t.number in abandoned and t.state == TrialState.FAIL)]
-    return {
-        "complete": sum(t.state == TrialState.COMPLETE for t in trials),
-        "pruned": sum(t.state == TrialState.PRUNED for t in trials),
-        "failed": sum(t.state == TrialState.FAIL for t in trials) - len(interrupted),
-        "running": sum(t.state == TrialState.RUNNING for t in trials),
-        "interrupted": len(interrupted),
-    }
+    return trial_counts(study.get_trials(deepcopy=False), abandoned_trials(study))
 
 
 def record_progress(study: optuna.Study, client: MlflowClient, parent_run_id: str) -> None:

@@ -43,7 +43,6 @@ def study_counts(storage: str, study_name: str) -> dict[str, int] | None:
     else:
         return None
     import optuna  # noqa: PLC0415
-    from optuna.trial import TrialState  # noqa: PLC0415
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -52,16 +51,25 @@ def study_counts(storage: str, study_name: str) -> dict[str, int] | None:
         abandoned = {int(n) for n in study.user_attrs.get(ABANDONED_TRIALS_ATTR, [])}
     except Exception:  # noqa: BLE001  (no such study, a storage Optuna cannot open: the child runs count instead)
         return None
-    counts = dict.fromkeys(COUNTED, 0)
+    counts = trial_counts(trials, abandoned)
+    counts["interrupted"] += counts.pop("running")  # still RUNNING with every worker gone
+    return counts
+
+
+def trial_counts(trials: Any, abandoned: set[int]) -> dict[str, int]:
+    """Optuna trials by state: complete, pruned, failed, interrupted, running. A trial stopped by Ctrl+C or SIGTERM
+    (user attribute ``interrupted``) or failed because its worker died (its number in ``abandoned``) is interrupted,
+    not failed: it does not use the ``--n_trials`` budget. The one count of a sweep's trials, for its workers
+    (``recipes.sweep.study.counts``) and for a later command closing a dead sweep (``study_counts``)."""
+    counts = dict.fromkeys((*COUNTED, "running"), 0)
     for trial in trials:
-        if trial.state == TrialState.COMPLETE:
-            counts["complete"] += 1
-        elif trial.state == TrialState.PRUNED:
-            counts["pruned"] += 1
-        elif trial.state == TrialState.FAIL and not (trial.user_attrs.get("interrupted") or trial.number in abandoned):
-            counts["failed"] += 1
-        else:  # stopped, its worker died, or still RUNNING with every worker gone
+        state = trial.state.name  # optuna.trial.TrialState
+        if trial.user_attrs.get("interrupted") or (state == "FAIL" and trial.number in abandoned):
             counts["interrupted"] += 1
+        elif state in ("COMPLETE", "PRUNED", "FAIL"):
+            counts[{"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[state]] += 1
+        else:  # RUNNING (or WAITING)
+            counts["running"] += 1
     return counts
 
 
@@ -105,4 +113,11 @@ def is_sweep_parent(run: Any) -> bool:
     return run.data.tags.get(PARENT_ROLE_TAG) == "parent" or run.data.tags.get("loopwise.stage") == "sweep"
 
 
-__all__ = ["ABANDONED_TRIALS_ATTR", "child_run_counts", "is_sweep_parent", "record_final_counts", "study_counts"]
+__all__ = [
+    "ABANDONED_TRIALS_ATTR",
+    "child_run_counts",
+    "is_sweep_parent",
+    "record_final_counts",
+    "study_counts",
+    "trial_counts",
+]
