@@ -20,7 +20,7 @@ from torch.optim import Optimizer
 from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
-from lightning_modules.compat import built_from_config, is_compiled_in_place
+from lightning_modules.compat import is_compiled_in_place
 from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
 from lightning_modules.evaluation_loss import MeanLoss
@@ -110,12 +110,11 @@ class Task(LightningModule):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise TypeError(f"{type(self).__name__}: model must be an nn.Module, got {type(model).__name__}")
-        # Created by LightningCLI, the hyperparameters are the parsed config (class paths, plain values), which
-        # load_from_checkpoint can rebuild the network from. Created in Python, the network, optimizer and
-        # schedule are objects that a weights_only checkpoint cannot hold: pass them again when loading.
-        from_config = built_from_config()
-        ignore = list(self.prediction_options) + ([] if from_config else ["model", "optimizer", "schedule"])
-        self.save_hyperparameters(ignore=ignore)  # plain values: sent to the trainer's loggers too
+        # plain values (sent to the trainer's loggers too); the network, optimizer and schedule only as the config's
+        # class paths, when LightningCLI built the task (``built_from_config``)
+        self.save_hyperparameters(ignore=[*self.prediction_options, "model", "optimizer", "schedule"])
+        if self.built_from_config():  # the config's class paths of the network, optimizer and schedule too
+            self.save_hyperparameters(ignore=list(self.prediction_options))
         self.model = model
         #: the fine-tuning arguments, checked against the network now (a pattern that names nothing is an error)
         self.fine_tuning = FineTuning(model, init_from, freeze, unfreeze_at_epoch, lr_multipliers, layerwise_lr_decay)
@@ -136,6 +135,14 @@ class Task(LightningModule):
         #: the last optimizer step's total gradient norm before clipping, measured when clipping by norm; else ``None``
         self.gradient_norm: Tensor | None = None
         self._adopted_metrics: int | None = None  # id() of a subclass's ``metrics`` collection once adopted
+
+    def built_from_config(self) -> bool:
+        """Whether LightningCLI built this task from a parsed config (``recipes fit``, a user's own LightningCLI): its
+        hyperparameters are then the config, class paths and plain values, with the ``_instantiator`` entry that
+        LightningCLI records in every module's hyperparameters and checkpoint (``load_from_checkpoint`` rebuilds the
+        network from them). Built in Python, the network, optimizer and schedule are objects that a weights-only
+        checkpoint cannot hold: they are left out, and passed again when loading."""
+        return "_instantiator" in self.hparams
 
     @staticmethod
     def mode_for(metric: str) -> Literal["min", "max"]:

@@ -34,6 +34,8 @@ def test_the_core_dependencies_are_the_modules_needs_and_torch_is_not_capped():
     assert names == {"torch", "lightning", "torchmetrics", "numpy", "pandas", "pyarrow", "Pillow"}
     [torch] = [d for d in project["dependencies"] if d.startswith("torch>")]
     assert "<" not in torch  # the current torch is admitted
+    [lightning] = [d for d in project["dependencies"] if d.startswith("lightning>")]
+    assert lightning.endswith("<3")  # the modules use Lightning's public API only: no cap below the next major
     recipes = " ".join(project["optional-dependencies"]["recipes"])
     assert all(name in recipes for name in ("mlflow", "optuna", "jsonargparse", "psutil", "scikit-learn"))
     assert "loopwise[recipes]" in project["optional-dependencies"]["dev"]

@@ -8,9 +8,9 @@ changing behaviour silently.
 from __future__ import annotations
 
 import importlib
+import json
 from unittest import mock
 
-import contextvars
 from pathlib import Path
 
 import lightning
@@ -63,26 +63,19 @@ def probes(entry: str):
     return lambda test: test
 
 
-@probes("built_from_config")
-def test_built_from_config_follows_lightnings_context_variable() -> None:
-    var = compat.given_hyperparameters_var()
-    assert isinstance(var, contextvars.ContextVar), upgrade_message("built_from_config")
-    assert not compat.built_from_config(), upgrade_message("built_from_config")
-    token = var.set({"model": {"class_path": "x"}})
-    try:
-        assert compat.built_from_config(), upgrade_message("built_from_config")
-    finally:
-        var.reset(token)
+def test_a_task_knows_when_lightningcli_built_it() -> None:
+    """The ``_instantiator`` entry LightningCLI writes into a module's hyperparameters (and checkpoint) is what
+    ``Task.built_from_config`` reads: from a config the network's class path is kept, built in Python it is not."""
+    from lightning_modules import ClassificationModule
+    from lightning_modules.models import MLP
 
-    seen = []
-
-    class Probe(BoringModel):
-        def __init__(self, width: int = 2) -> None:
-            super().__init__()
-            seen.append(compat.built_from_config())
-
-    LightningCLI(Probe, BoringDataModule, args=[], run=False)
-    assert seen == [True], upgrade_message("built_from_config")
+    in_python = ClassificationModule(MLP(in_features=2, out_features=3), num_classes=3)
+    assert not in_python.built_from_config() and "model" not in in_python.hparams
+    model = {"class_path": "lightning_modules.models.MLP", "init_args": {"in_features": 2, "out_features": 3}}
+    cli = LightningCLI(ClassificationModule, BoringDataModule, args=["--model.model", json.dumps(model),
+                       "--model.num_classes", "3"], run=False, save_config_callback=None)
+    assert cli.model.built_from_config(), "LightningCLI no longer writes _instantiator into hparams: update Task.built_from_config"
+    assert cli.model.hparams["model"]["class_path"] == "lightning_modules.models.MLP"
 
 
 @probes("is_compiled_in_place")
