@@ -32,6 +32,8 @@ Members (what, when the recipes ask, default without it):
   starts (a tracked run's checkpoint fetched first) and report what was loaded (``init_from.json``). Default: none.
 * ``prediction_columns(outputs, datamodule)`` (``PredictionColumns``): readable columns of the predictions CSV and
   of the MLflow model's output. Default: ``output_0..k``.
+* ``train_loss_steps`` (``ChoosesTrainLossSteps``): which training batches log ``train/loss``, set by ``recipes fit``
+  to the steps whose values it reads (the loggers' steps, the epoch's last batch). Default: left as the task logs.
 * ``last_confusion_matrix`` (``ConfusionMatrices``): per stage, the confusion matrix of the last val/test epoch,
   logged as a figure. Default: no figure.
 
@@ -40,6 +42,7 @@ Lightning's own members (``hparams``, ``strict_loading``) are read as Lightning 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from torch import Tensor, nn
@@ -143,6 +146,14 @@ class MeasuresGradientNorm(Protocol):
 
 
 @runtime_checkable
+class ChoosesTrainLossSteps(Protocol):
+    """``train_loss_steps``: a function of the trainer saying which training batches log ``train/loss`` (``None``:
+    every batch). ``recipes fit`` sets it to the steps whose values it reads. Default: the task logs as it logs."""
+
+    train_loss_steps: Callable[[Any], bool] | None
+
+
+@runtime_checkable
 class FineTunedTask(Protocol):
     """``fine_tuning``: the task's ``FineTuning`` (its ``phases()`` are the training plan's parameter counts, its
     ``describe()`` the run's fine-tuning params, its ``freeze_schedule`` the ``trainable_parameters`` metric)."""
@@ -233,6 +244,13 @@ def confusion_matrices_of(task: Any) -> dict[str, Tensor] | None:
     return task.last_confusion_matrix if isinstance(task, ConfusionMatrices) else None
 
 
+def log_train_loss_on(task: Any, steps: Callable[[Any], bool]) -> None:
+    """Have the task log ``train/loss`` only on the training batches ``steps(trainer)`` accepts, where it lets the
+    recipes choose (``train_loss_steps``); a task without it is left as it is."""
+    if isinstance(task, ChoosesTrainLossSteps):
+        task.train_loss_steps = steps
+
+
 _MEASURES_NORM: dict[type, bool] = {}
 
 
@@ -256,10 +274,10 @@ def measured_gradient_norm(task: Any) -> Tensor | None:
 
 
 __all__ = [
-    "ChecksData", "ConfusionMatrices", "DefaultMonitor", "DescribesSchedule", "ExpectsInitialLoss",
+    "ChecksData", "ChoosesTrainLossSteps", "ConfusionMatrices", "DefaultMonitor", "DescribesSchedule", "ExpectsInitialLoss",
     "ExplainsInitialLoss", "FineTunedTask", "HasNetwork", "HasSchedule", "LoadsInitialWeights", "MeasuresGradientNorm",
     "MonitorMode", "MonitoredTask", "MulticlassTask", "PredictionColumns", "clipping_measures_gradient_norm",
     "configured_schedule_of", "confusion_matrices_of", "data_mismatch_of", "default_monitor_of", "fine_tuning_of",
     "measured_gradient_norm", "measures_gradient_norm", "monitor_mode_of", "monitor_of", "network_of",
-    "prediction_columns_of", "schedule_of", "weights_report_of",
+    "log_train_loss_on", "prediction_columns_of", "schedule_of", "weights_report_of",
 ]

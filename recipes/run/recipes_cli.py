@@ -25,13 +25,14 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 import datamodules  # noqa: F401  (registers the data modules for short class names)
 import lightning_modules  # noqa: F401  (registers the tasks for short class names)
 from datamodules.recipe_contract import new_data_settings_of, predicts_new_data, settings_outside_split
-from lightning_modules.recipe_contract import monitor_mode_of, monitor_of
+from lightning_modules.recipe_contract import log_train_loss_on, monitor_mode_of, monitor_of
 from recipes.compat.internals import (
     ConfigDumpWithInitArgs, SubcommandErrorHook, keep_hyperparameters_from_loggers, mlflow_logger_run_created,
     skip_batch_hooks,
 )
 from lightning_modules.no_op_profiler import NoOpProfiler
 from recipes.doctor.loop_doctor import LoopDoctor
+from recipes.doctor.read_steps import is_read_step
 from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_state_dict_matches, inspect_checkpoint
 from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
 from recipes.checkpoints.locations import UNTRAINED, evaluates_as_built, resolve_checkpoint
@@ -272,6 +273,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             raise RecipeInputError(concise_error(size_error or err)) from err
         self.data_sizes.prune_hyperparameters(self.model)
         keep_hyperparameters_from_loggers(self.model)  # the run's config is logged whole (TrackedRun.log_params_once)
+        log_train_loss_on(self.model, is_read_step)  # train/loss where the recipe reads it: not every 1.5 ms step
         if self.subcommand == "fit":  # a processor other than the pretrained network's: one warning line
             warn_if_processor_differs(self.model, self.datamodule)
         cfg = self.subcommand_config
