@@ -111,3 +111,28 @@ def test_a_data_mismatch_message_reads_for_python_and_config_users(tmp_path: Pat
     with pytest.raises(ValueError, match=r"num_classes \(model\.init_args\.num_classes in a config\)"):
         L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, accelerator="cpu").fit(
             module, datamodule=SpiralDataModule(n_samples=90, n_classes=3))
+
+
+def test_train_loss_steps_narrows_the_batches_that_log_train_loss(tmp_path: Path) -> None:
+    """``train_loss_steps`` (what ``recipes fit`` sets to its read steps): only the batches it accepts go through
+    ``self.log``; the callback metrics hold that batch's loss until the next one, the CSV rows are unchanged."""
+    module = ClassificationModule(MLP(2, 3, [16]), 3)
+    module.train_loss_steps = lambda trainer: (trainer.global_step + 1) % 3 == 0
+    trainer, reader, _ = fit(module, tmp_path)
+    logged = [i for i in range(len(reader.seen)) if (i + 1) % 3 == 0]
+    for i, (seen, loss) in enumerate(reader.seen):
+        held = max((j for j in logged if j <= i), default=None)
+        assert seen == (None if held is None else pytest.approx(reader.seen[held][1], rel=1e-6)), i
+    with (Path(trainer.logger.log_dir) / "metrics.csv").open() as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f) if row.get("train/loss")]
+    assert steps == [i for i in logged if (i + 1) % 3 == 0]
+
+
+def test_recipes_fit_logs_train_loss_on_the_steps_it_reads(workdir: Path) -> None:
+    """The recipe's CLI hands the task its read steps (``recipes.doctor.read_steps.is_read_step``)."""
+    from recipes.doctor.read_steps import is_read_step
+    from recipes.run.recipes_cli import RecipesCLI
+    from tests.conftest import REPO
+
+    cli = RecipesCLI(["fit", "-c", str(REPO / "configs/spiral_mlp.yaml"), "--trainer.fast_dev_run", "1"])
+    assert cli.model.train_loss_steps is is_read_step
