@@ -293,6 +293,41 @@ def test_run_all_runs_every_benchmark_in_the_folder_and_has_quick_settings_for_e
     assert results and all(any(f.startswith(name) for name in scripts) for f in results), results
 
 
+def test_install_footprint_renders_its_table_rows_and_registry_failure_without_building_venvs(bench, capsys,
+                                                                                                  monkeypatch):
+    """The install-footprint benchmark builds venvs with pip (minutes, needs the registry): too slow for the suite, so
+    its table and run_all's rows are checked on made-up measurements, and a pip failure is one line, exit 2."""
+    footprint = bench("install_footprint.py")
+    timing = {"median": 3.0, "min": 2.9, "max": 3.4, "runs": [3.0, 2.9, 3.4]}
+    m = {"venvs": {"baseline": {"packages": 28, "mb": 1000.0, "installed": []},
+                   "core": {"packages": 35, "mb": 1300.0, "installed": []},
+                   "recipes": {"packages": 110, "mb": 1800.0, "installed": ["mlflow", "scipy"]}},
+         "imports": {"lightning": {"baseline": timing, "core": {**timing, "median": 3.3},
+                                   "recipes": {**timing, "median": 4.5}},
+                     "modules": {"core": {**timing, "median": 3.6}, "recipes": {**timing, "median": 4.8}}},
+         "loaded": {"lightning": {"baseline": [], "core": ["PIL"], "recipes": ["scipy", "matplotlib"]}},
+         "checks": {"core (plain Trainer)": {"passed": True, "after_import": [], "after_fit": [], "epochs": 1,
+                                             "global_step": 14},
+                    "recipes (stack installed)": {"passed": False, "after_import": ["mlflow"]}}}
+    table = footprint.format_table(m)
+    assert "core / baseline: packages 1.25x, MB 1.30x, import lightning 1.10x" in table
+    assert "(adds +82 packages, +800 MB, +1.50 s to every import lightning)" in table
+    assert "3.00 s (2.90-3.40)" in table and "heavy libraries `import lightning` loads: baseline none; core PIL" in table
+    assert "PASS: core (plain Trainer): " in table and "FAIL: recipes (stack installed): " in table
+    rows = bench("run_all").rows_for("install_footprint", {"rows": footprint.json_rows(m)}, "")
+    assert rows[0].startswith("| install_footprint | `pip install loopwise` / torch + lightning + torchmetrics: ")
+    assert rows[0].endswith("| 1.25x, 1.30x | - | - |")
+    assert "| none | none | met |" in rows[4] and rows[-1].endswith("| FAIL | PASS | **not met** |")
+
+    def no_registry(*args):
+        raise footprint.InstallFailed("pip install torch==2.13.0 lightning torchmetrics failed in baseline (exit 1)")
+
+    monkeypatch.setattr(footprint, "measure", no_registry)
+    assert footprint.main(["--quick"]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("install_footprint: cannot build the venvs, pip needs the package registry: ")
+
+
 def test_run_all_renders_the_accuracy_and_recipe_benchmarks(bench):
     run_all = bench("run_all")
     rows = run_all.rows_for("fine_tuning", {"accuracies": {"scratch": [0.9, 0.95], "pretrained": [0.96, 0.94],
