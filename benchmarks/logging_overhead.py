@@ -71,7 +71,7 @@ def instrument() -> None:
     newest checkpoint's step tag)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
-    from recipes.checkpoints.run_stamp import RunContinuity
+    from recipes.callbacks.run_continuity import RunContinuity
     from recipes.tracking.logger import RecipeLogger
 
     for cls, names in ((RecipeLogger, ("log_metrics", "after_save_checkpoint")),

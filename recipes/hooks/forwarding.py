@@ -5,7 +5,7 @@ inside a profiler context with the callback's ``state_key``: about a microsecond
 times the number of callbacks. A ``ForwardingCallback`` is one such callback in front of several members: it keeps,
 per hook, the members' bound methods to call (``hook_calls``), built once by ``forward_to`` from the hooks each
 member names, so a hook that no member needs calls nothing further and a member's empty base-class hooks are never
-called. The callback group (``recipes.run.callback_group.CallbackGroup``: the members' own overrides), the loop
+called. The callback group (``recipes.callbacks.callback_group.CallbackGroup``: the members' own overrides), the loop
 doctor (``recipes.doctor.loop_doctor.LoopDoctor``: the hooks each part asks for) and a doctor check used alone
 (``recipes.doctor.current_step.StepCheck``: its own step record's hooks) all forward this way; a group flattens a
 forwarding member (the recipe's loop doctor is the last member of its group): it calls the member's ``hook_calls``

@@ -9,7 +9,7 @@ Rows marked ``alone`` go to the Trainer as callbacks of their own: Lightning loo
 early stopping, the prediction writer) and does not look inside a group. The others, those with checkpoint state
 included (the group keeps each member's state under the member's own key), are handed over as one ``CallbackGroup``
 where the first of them stands: Lightning calls every hook on every callback, a cost per callback on every training
-step (``recipes.run.callback_group``). The loop doctor is the group's last member, after the command's extra
+step (``recipes.callbacks.callback_group``). The loop doctor is the group's last member, after the command's extra
 callbacks.
 """
 
@@ -22,25 +22,25 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 
-from recipes.run.callback_group import CallbackGroup
+from recipes.callbacks.callback_group import CallbackGroup
 from recipes.callbacks.training_plan import TrainingPlan
 from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.checkpoints.run_checkpoint import RunCheckpoint
 from recipes.callbacks.confusion_matrix import ConfusionMatrixArtifact
-from recipes.tracking.dataset_inputs import DataInputs
-from recipes.checkpoints.data_content import DataContent
+from recipes.callbacks.data_inputs import DataInputs
+from recipes.callbacks.data_content import DataContent
 from recipes.callbacks.early_stopping import RecipeEarlyStopping
 from recipes.callbacks.stop_evaluation_on_signal import StopEvaluationOnSignal
-from recipes.run.initial_weights import InitialWeightsRecord
+from recipes.callbacks.initial_weights_record import InitialWeightsRecord
 from recipes.callbacks.stop_on_signal import StopOnSignal
 from recipes.callbacks.loader_resume import LoaderPositionOnResume
 from recipes.callbacks.plateau_resume import PlateauStepOnResume
-from recipes.predict.model_logging import MlflowModel
-from recipes.predict.predictions import PredictionCsvWriter
+from recipes.callbacks.mlflow_model import MlflowModel
+from recipes.callbacks.prediction_csv_writer import PredictionCsvWriter
 from recipes.callbacks.epoch_summary import EpochSummary
 from recipes.callbacks.random_states import RandomStates
-from recipes.tracking.system_metrics import SystemMetrics
-from recipes.checkpoints.run_stamp import RunContinuity
+from recipes.callbacks.system_metrics import SystemMetrics
+from recipes.callbacks.run_continuity import RunContinuity
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from recipes.run.trainer import RecipeTrainer
 from recipes.checkpoints.run_stamp import RESUMED_FROM_TAG as BRANCHED, continue_stamped_run
 from recipes.run.description import describe_command
 from recipes.checkpoints.run_lock import RunLocked, hold_run_lock
-from recipes.run.record import RunRecord
+from recipes.callbacks.run_record import RunRecord
 from recipes.checkpoints.data_guard import ALLOW_TAG, DataChange, DataSettingsChanged, guard_data_settings
 from recipes.tracking.uris import TrackingServerUnreachable
 from recipes.tracking.logger import RecipeLogger

@@ -7,8 +7,8 @@ Optuna sweeper does that). Here rank 0 announces each trial: the first one throu
 copies to the processes it starts (``LOOPWISE_SWEEP_TRIAL``), the later ones as a broadcast over the process group
 that the first fit set up; ``None`` ends the sweep. A follower (``LOCAL_RANK`` or ``NODE_RANK`` > 0) runs the
 announced trials with the announced values, reporting nothing to the study; the pruning callback takes rank 0's
-decision (``recipes.sweep.pruning``). Only the processes of one machine can follow: for several machines, run a
-sweep worker per machine on one ``--storage`` instead.
+decision (``recipes.callbacks.trial_pruning``). Only the processes of one machine can follow: for several machines,
+run a sweep worker per machine on one ``--storage`` instead.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``recipes.sweep.runner`` runs every trial as an ordinary ``recipes fit`` in the same process, through
 ``recipes.sweep.trial_cli.TrialCLI``, a ``RecipesCLI`` built with the trial's ``ActiveTrial``: its run's tags
 (``mlflow.parentRunId`` nests the trial's MLflow run under the sweep's parent run) and the ``TrialPruning`` callback
-(``recipes.sweep.pruning``), which reports each validation's value here (``record``) and the pruner's stop
+(``recipes.callbacks.trial_pruning``), which reports each validation's value here (``record``) and the pruner's stop
 (``mark_pruned``). Its swept values become params of its run (``run_params``: ``sweep.<key>``).
 """
 

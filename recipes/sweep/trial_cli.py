@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from recipes.checkpoints.run_lock import release_run_locks
 from recipes.run.errors import RecipeInputError
 from recipes.run.recipes_cli import RecipesCLI
-from recipes.sweep.pruning import TrialPruning
+from recipes.callbacks.trial_pruning import TrialPruning
 from recipes.sweep.space import as_cli_value
 from recipes.sweep.trial import ActiveTrial
 from recipes.tracking.tracked_run import tracked_run

@@ -11,7 +11,8 @@ run gets one MLflow dataset input with the context tag ``mlflow.data.context`` =
   source's own bytes;
 * schema: the tensors' shapes and dtypes; profile: the split's size and, for class labels, the count per class.
 
-Two runs with the same digest saw the same rows. Written once per command, on rank 0.
+Two runs with the same digest saw the same rows. Written once per command, on rank 0, by the callback
+``recipes.callbacks.data_inputs.DataInputs``; this module computes the records.
 """
 
 from __future__ import annotations
@@ -21,13 +22,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 from lightning.pytorch import LightningDataModule
 import torch
-from lightning.pytorch.callbacks import Callback
 
 from datamodules.recipe_contract import new_data_of, source_paths_of, split_datasets_of
-from recipes.tracking.tracked_run import tracked_run
 
 SPLITS_OF_STAGE = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
 DIGEST_LENGTH = 32
@@ -127,43 +125,4 @@ def stage_splits(datamodule: Any, stage: str) -> dict[str, Any]:
     return {split: datasets[split] for split in SPLITS_OF_STAGE.get(stage, ()) if split in datasets}
 
 
-class DataInputs(Callback):
-    """Log the splits a command uses as MLflow dataset inputs (see the module docstring); ``records`` keeps them."""
-
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def log(self, trainer: pl.Trainer, stage: str) -> None:
-        run = tracked_run(trainer)
-        datamodule = getattr(trainer, "datamodule", None)
-        if run is None or datamodule is None or not trainer.is_global_zero or self.records:
-            return
-        from mlflow.entities import Dataset, DatasetInput, InputTag  # noqa: PLC0415
-
-        self.records = [split_record(datamodule, split, ds) for split, ds in stage_splits(datamodule, stage).items()]
-        inputs = [
-            DatasetInput(
-                Dataset(r["name"], r["digest"], r["source_type"], json.dumps(r["source"], default=str),
-                        json.dumps(r["schema"]), json.dumps(r["profile"])),
-                [InputTag("mlflow.data.context", r["context"])],
-            )
-            for r in self.records
-        ]
-        if inputs:
-            run.log_inputs(inputs)
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.log(trainer, "fit")
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.state.fn == "validate":
-            self.log(trainer, "validate")
-
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.log(trainer, "test")
-
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.log(trainer, "predict")
-
-
-__all__ = ["DataInputs", "data_source", "file_digest", "split_record", "stage_splits", "tensor_digest"]
+__all__ = ["data_source", "file_digest", "split_record", "stage_splits", "tensor_digest"]

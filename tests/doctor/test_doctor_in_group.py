@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import Callback
 
 import tests.doctor.test_loop_doctor as alone
 from recipes.callbacks import LoopDoctor
-from recipes.run.callback_group import CallbackGroup
+from recipes.callbacks.callback_group import CallbackGroup
 from tests.doctor.test_loop_doctor import *  # noqa: F401,F403 (every test, run again with the doctor in a group)
 from tests.doctor.test_loop_doctor import pytestmark  # noqa: F401
 

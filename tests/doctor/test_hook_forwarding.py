@@ -18,7 +18,7 @@ from recipes.doctor.gradient_norm import GradientNormCheck
 from recipes.doctor.loop_doctor import LoopDoctor
 from recipes.doctor.non_finite import NonFiniteCheck
 from recipes.hooks.forwarding import HOOKS, ForwardingCallback, defined_hooks, defines
-from recipes.run.callback_group import FORWARDED, CallbackGroup
+from recipes.callbacks.callback_group import FORWARDED, CallbackGroup
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::recipes.doctor.findings.LoopDoctorWarning"),

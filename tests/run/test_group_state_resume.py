@@ -24,7 +24,7 @@ from recipes import cli
 from recipes.run.recipes_cli import RecipesCLI
 from recipes.callbacks.plateau_resume import PlateauStepOnResume
 from recipes.callbacks.random_states import RandomStates
-from recipes.run.callback_group import CallbackGroup
+from recipes.callbacks.callback_group import CallbackGroup
 from recipes.run.callback_table import flat
 from tests.conftest import REPO, SPIRAL
 

@@ -19,7 +19,7 @@ import torch
 from datamodules.spiral import SpiralDataModule
 from datamodules.tabular import TabularDataModule
 from recipes.cli import main
-from recipes.run.init_from_overlap import OVERLAP_TAG, Overlap, init_from_overlap
+from recipes.callbacks.init_from_overlap import OVERLAP_TAG, Overlap, init_from_overlap
 from tests.conftest import CONFIGS, runs_of
 
 TABULAR = CONFIGS / "tabular_mlp.yaml"

@@ -6,7 +6,7 @@ import pytest
 
 from recipes import cli
 from recipes.run.recipes_cli import RecipesCLI
-from recipes.run.callback_group import CallbackGroup
+from recipes.callbacks.callback_group import CallbackGroup
 from recipes.run.callback_table import RECIPE_CALLBACKS, RecipeRun, callback_names, flat, recipe_callbacks
 
 from conftest import SPIRAL

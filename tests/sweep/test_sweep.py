@@ -197,7 +197,7 @@ def test_under_ddp_rank_0_samples_every_process_trains_the_same_values_in_one_ru
 def test_the_pruning_decision_of_rank_0_reaches_every_process():
     from types import SimpleNamespace
 
-    from recipes.sweep.pruning import TrialPruning
+    from recipes.callbacks.trial_pruning import TrialPruning
     from recipes.sweep.trial import ActiveTrial
 
     class Strategy:

@@ -7,10 +7,10 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from recipes.callbacks.epoch_summary import EpochSummary
-from recipes.run.callback_group import CallbackGroup
+from recipes.callbacks.callback_group import CallbackGroup
 from recipes.run.callback_table import flat
 from recipes.run.recipes_cli import RecipesCLI
-from recipes.sweep.pruning import TrialPruning
+from recipes.callbacks.trial_pruning import TrialPruning
 from recipes.sweep.trial import ActiveTrial
 from recipes.sweep.trial_cli import TrialCLI
 from tests.conftest import SPIRAL, mlflow_client, runs_of

@@ -1,13 +1,25 @@
-"""The pruning callback of a ``recipes sweep`` trial (imported only while a sweep runs: it loads Optuna)."""
+"""The pruning callback of a ``recipes sweep`` trial (imported only while a sweep runs, by
+``recipes.sweep.trial_cli``: it loads Optuna; ``recipes.callbacks`` does not import it)."""
 
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 import lightning.pytorch as pl
 from optuna_integration import PyTorchLightningPruningCallback
 
-from recipes.sweep.trial import ActiveTrial
+
+class PrunedTrial(Protocol):
+    """What the pruning callback asks of the sweep's trial (``recipes.sweep.trial.ActiveTrial``, which the sweep
+    hands it: the callbacks sit below the sweep and do not import it)."""
+
+    trial: Any  # the ``optuna.Trial``; ``None`` on DDP ranks other than 0
+    metric: str
+
+    def record(self, value: float) -> None: ...
+
+    def mark_pruned(self, where: str) -> None: ...
 
 
 class TrialPruning(PyTorchLightningPruningCallback):
@@ -21,7 +33,7 @@ class TrialPruning(PyTorchLightningPruningCallback):
     ``loopwise.sweep.pruned``.
     """
 
-    def __init__(self, active: ActiveTrial) -> None:
+    def __init__(self, active: PrunedTrial) -> None:
         # the parent keeps the trial (``None`` on ranks > 0, which never report) and the monitor
         super().__init__(active.trial, active.metric)
         self.active = active
@@ -54,4 +66,4 @@ class TrialPruning(PyTorchLightningPruningCallback):
             trainer.should_stop = True
 
 
-__all__ = ["TrialPruning"]
+__all__ = ["PrunedTrial", "TrialPruning"]
