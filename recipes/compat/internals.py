@@ -12,8 +12,7 @@ it: the modules people import use Lightning's public API only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -37,7 +36,7 @@ PRIVATE_NAMES: dict[str, str] = {
     "FitLoop.on_save_checkpoint, read back by FitLoop._load_combined_loader_states)",
     "SubcommandErrorHook": "LightningCLI._run_subcommand",
     "mlflow_logger_*": "MLFlowLogger._initialized, _log_model, _checkpoint_callback, _logged_model_time, "
-    "_log_batch_kwargs, _experiment_name",
+    "_experiment_name",
     "checkpoint_state_key": "Callback._generate_state_key",
     "skip_batch_hooks": "trainer.call._call_callback_hooks (skips a hook attribute that is not callable, before its "
     "profiler context and state_key; the batch hooks reach callbacks through it only)",
@@ -199,16 +198,6 @@ def mlflow_logger_forget_checkpoints(logger: Any) -> None:
     logger._checkpoint_callback = None
 
 
-@contextmanager
-def mlflow_logger_unbuffered(logger: Any) -> Iterator[None]:
-    """Within the block, the ``MLFlowLogger`` writes synchronously (no ``synchronous=False`` batching kwargs)."""
-    kwargs, logger._log_batch_kwargs = logger._log_batch_kwargs, {}
-    try:
-        yield
-    finally:
-        logger._log_batch_kwargs = kwargs
-
-
 # --- LightningCLI -------------------------------------------------------------------------------------------------
 class SubcommandErrorHook:
     """Mixin for a ``LightningCLI`` subclass: an exception raised while a subcommand runs (``fit``, ``test``, ...)
@@ -254,7 +243,6 @@ __all__ = [
     "mlflow_logger_forget_checkpoints",
     "mlflow_logger_log_model",
     "mlflow_logger_run_created",
-    "mlflow_logger_unbuffered",
     "mlflow_logger_uploaded_files",
     "PRIVATE_NAMES",
     "saved_train_loader_states",

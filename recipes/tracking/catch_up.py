@@ -5,9 +5,9 @@ the training thread waits on the server again). ``ServerCatchUp`` then asks the 
 the run at most every ``CATCH_UP_PROBE_S`` seconds (one ``get_run``, bounded by the recipe's HTTP settings:
 ``recipes.tracking.failures``). Once it answers:
 
-1. the batches MLflow's asynchronous writer still holds from before the outage are written (or fail), so that the
-   store read next is the one they leave (``recipes.tracking.write_behind.wait_for_queued_writes``); then the journal
-   as it stands is replayed into the run (``recipes.tracking.journal.replay``: only what the run lacks);
+1. the journal as it stands is replayed into the run (``recipes.tracking.journal.replay``: only what the run lacks;
+   the logger's writer sends nothing while the store has failed, and a value it sent before the outage carries the
+   journal's time, so it is one row of the store whichever write lands);
 2. the logger switches back to writing to the server (``resume``: under its lock, so that every metric value is
    either in the journal read at that moment or written directly after it, never both and never neither);
 3. the journal up to that moment is replayed again (the few values recorded during step 1; replay never writes a
@@ -28,7 +28,6 @@ from typing import Any
 
 from recipes.tracking.database_urls import masked_url
 from recipes.tracking.journal import read_journal, replay
-from recipes.tracking.write_behind import wait_for_queued_writes
 
 CATCH_UP_PROBE_S = 5.0  # the least seconds between two probes of a server that went away
 STOP_WAIT_S = 30.0  # how long ``stop`` waits for a catch-up in progress (its calls are bounded by the HTTP timeout)
@@ -134,7 +133,6 @@ class ServerCatchUp:
             try:
                 client = self.client()
                 client.get_run(self.run_id)  # the probe: one cheap read, bounded by the HTTP timeout
-                wait_for_queued_writes(client)  # batches queued before the outage land first: none written twice
                 result.add(replay(read_journal(self.journal), client, self.run_id, folder=self.journal.parent))
             except Exception:  # noqa: BLE001  (still away: the journal keeps everything)
                 return False

@@ -30,7 +30,7 @@ from typing import Any
 
 from recipes.tracking.abandoned_runs import ABANDONED_TAG, HOST_TAG, PID_TAG, mark_abandoned, process_exists
 from recipes.tracking.end_of_run import replay_end_of_run
-from recipes.tracking.held_metrics import INVALID_NAME
+from recipes.tracking.write_behind import INVALID_NAME
 from recipes.tracking.journal_lines import read_entries
 
 JOURNAL_NAME = "tracking-journal.jsonl"
@@ -217,7 +217,7 @@ class JournalRecord:
             elif kind == "metrics":
                 step = int(entry.get("step") or 0)
                 for key, value in entry.get("values", {}).items():
-                    if isinstance(value, (int, float)):  # as HeldMetrics: no string metrics, MLflow's name rules
+                    if isinstance(value, (int, float)):  # as WriteBehind: no string metrics, MLflow's name rules
                         record.metrics.setdefault((INVALID_NAME.sub("", key), step), (float(value), int(at or 0)))
             elif kind == "params":
                 for key, value in entry.get("values", {}).items():

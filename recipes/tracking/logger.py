@@ -15,11 +15,10 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from recipes.compat.internals import (
     mlflow_logger_experiment_name, mlflow_logger_forget_checkpoints, mlflow_logger_log_model,
-    mlflow_logger_run_created, mlflow_logger_unbuffered, mlflow_logger_uploaded_files,
+    mlflow_logger_run_created, mlflow_logger_uploaded_files,
 )
 from recipes.tracking.uploads import LEDGER_NAME, CheckpointUploader, UploadLedger, file_identity
 from recipes.tracking.checkpoint_facts import FileFacts
-from recipes.tracking.held_metrics import HeldMetrics
 from recipes.tracking.write_behind import WriteBehind
 from recipes.tracking.pending_replay import mark_replayed
 from recipes.tracking.catch_up import ServerCatchUp
@@ -33,14 +32,6 @@ from recipes.tracking.experiment_kind import mark_experiment_kind
 from recipes.tracking.end_of_run import context_tags
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
-ASYNC_BUFFER_ENV = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
-ASYNC_BUFFER_SECONDS = 5
-# MLflow's async logging keeps two thread pools (10 threads each by default) and starts a thread on a submission that
-# finds none idle; it restarts both pools at every flush (every checkpoint save), so the first submissions of each
-# epoch each started a thread, the training thread waiting ~1 ms for each to come up on 2 busy cores. One worker is
-# enough: the SQLite store serializes writes anyway, and the buffered worker merges the queued batches.
-ASYNC_POOL_ENV = "MLFLOW_ASYNC_LOGGING_THREADPOOL_SIZE"
-ASYNC_POOL_SIZE = 1
 
 
 class RecipeLogger(MLFlowLogger):
@@ -64,7 +55,8 @@ class RecipeLogger(MLFlowLogger):
         log_model: Upload the best and last checkpoints: ``all`` as they are saved (replacing the previous upload,
             at most once per ``checkpoint_upload_interval``), ``true`` once at the end of the run, ``false`` never.
         run_id: Continue this existing run instead of creating one.
-        synchronous: Block on every metrics write (``true``) instead of MLflow's asynchronous logging.
+        synchronous: Write every metrics call to the store before it returns (``true``) instead of holding the values
+            for up to 5 s and writing them from one background thread (the journal has them at once either way).
         checkpoint_upload_interval: With ``log_model: all``, the least seconds between two uploads of the same
             checkpoint; saves in between are folded into the next upload, and the newest files always go out when
             the run ends. ``0`` uploads at every save.
@@ -90,11 +82,8 @@ class RecipeLogger(MLFlowLogger):
             tags=dict(tags) if tags else None,
             log_model=log_model,
             run_id=run_id,
-            synchronous=synchronous,
+            synchronous=True,  # Lightning's own writes (few): at once; the metrics go through ``WriteBehind``
         )
-        if not synchronous:  # MLflow reads them whenever its worker wakes or its pools start; a user's value wins
-            os.environ.setdefault(ASYNC_BUFFER_ENV, str(ASYNC_BUFFER_SECONDS))
-            os.environ.setdefault(ASYNC_POOL_ENV, str(ASYNC_POOL_SIZE))
         self._checkpoint_callbacks: dict[str, ModelCheckpoint] = {}
         self._uploader = CheckpointUploader(
             self._upload_file, checkpoint_upload_interval, on_uploaded=self._uploaded, on_failed=self.store_failed
@@ -111,9 +100,9 @@ class RecipeLogger(MLFlowLogger):
         self._failure_lock = threading.Lock()  # the upload thread and MLflow's async writer report failures too
         self._write_lock = threading.RLock()  # journal entries vs the switch back to a server that answers again
         self._catch_up: ServerCatchUp | None = None  # a server that stopped answering: recipes/tracking/catch_up.py
-        self.held_metrics = HeldMetrics(ASYNC_BUFFER_SECONDS)  # metrics not written yet (recipes/tracking/held_metrics.py)
-        self._behind = WriteBehind(self.held_metrics, lambda: self.experiment, lambda: self.run_id,
-                                   lambda: self.store_failure, self.store_failed, self._write_lock)  # write_behind.py
+        #: metrics and tags not in the store yet, written by one background thread (recipes/tracking/write_behind.py)
+        self.write_behind = WriteBehind(lambda: self.experiment, lambda: self.run_id, lambda: self.store_failure,
+                                        self.store_failed, self._write_lock)
         self.synchronous = synchronous  # every call written before it returns: nothing held back
         self._kind_unchecked = True  # the experiment's kind (recipes/tracking/experiment_kind.py), checked once
         watch_store_failures(self)
@@ -194,7 +183,7 @@ class RecipeLogger(MLFlowLogger):
         """The server answers again (``ServerCatchUp``): writes go to it again from now on; returns the journal as
         it stands (its metric values are written from it, so the ones held back are dropped)."""
         with self._write_lock:
-            self.held_metrics.take()
+            self.write_behind.drop()
             self.store_failure = None
             return read_journal(self._journal.path) if self._journal is not None else []
 
@@ -216,11 +205,12 @@ class RecipeLogger(MLFlowLogger):
             metrics = {k: v for k, v in dict(metrics).items() if step not in logged.get(k, ())}
             if not metrics:
                 return
-        now = int(time.time() * 1000)  # one time for both: a value written twice is one row (``HeldMetrics.add``)
+        now = int(time.time() * 1000)  # one time for both: a value written twice is one row (``WriteBehind.add``)
         with self._write_lock:  # in the journal and held, or neither, when writes go back to the server
             self.record("metrics", step=step, time=now, values=dict(metrics))
-            self.held_metrics.add(dict(metrics), step, now)
-        self._behind.send_due(self.synchronous)
+            self.write_behind.add(dict(metrics), step, now)
+        if self.synchronous:
+            self.write_behind.send()
 
     @rank_zero_only
     def hold_tag(self, key: str, value: Any) -> None:
@@ -234,14 +224,9 @@ class RecipeLogger(MLFlowLogger):
         values = {key: str(value) for key, value in tags.items()}
         with self._write_lock:
             self.record("tags", values=values)
-            self.held_metrics.add_tags(values)
-        self._behind.send_due(self.synchronous)
-
-    def send_held_metrics(self, synchronous: bool = True) -> None:
-        """Write the metrics held since the last write as one ``log_batch`` (``recipes.tracking.write_behind``): held
-        for up to 5 s, then queued to MLflow's asynchronous writer (the journal, fsynced at every checkpoint save, is
-        the write-ahead log), written synchronously at the end of the run. With ``synchronous`` nothing is held."""
-        self._behind.send(synchronous)
+            self.write_behind.add_tags(values)
+        if self.synchronous:
+            self.write_behind.send()
 
     def log_history(self, by_step: dict[int, dict[str, float]]) -> None:
         """A branch's copy of the history before its step (``run_continuity.copy_history``): logged, then held like a
@@ -262,15 +247,15 @@ class RecipeLogger(MLFlowLogger):
         return self._steps_before_resume
 
     def checkpoint_saved(self) -> None:
-        """A checkpoint is being saved: the journal (the write-ahead log) is fsynced on its worker thread, the held
+        """A checkpoint is being saved: the journal (the write-ahead log) is fsynced on its worker thread; the held
         metrics go when due; the training thread waits for neither disk nor store (``write_behind``)."""
         if mlflow_logger_run_created(self):
-            self._behind.checkpoint_saved(self._journal)
+            self.write_behind.checkpoint_saved(self._journal)
 
     def flush_metrics(self) -> None:
-        """Write every metric logged so far now: the held ones synchronously, then MLflow's asynchronous queue."""
+        """Write every metric logged so far now (on this thread, after any write in progress) and fsync the journal."""
         if mlflow_logger_run_created(self):
-            self._behind.flush(self._journal)
+            self.write_behind.flush(self._journal)
 
     def log_hyperparams(self, params: Any) -> None:
         """Params are written at once (not queued): ``log_params_once`` reads them back to find changed values."""
@@ -279,8 +264,7 @@ class RecipeLogger(MLFlowLogger):
         if self.store_failure is not None:
             return
         try:
-            with mlflow_logger_unbuffered(self):
-                super().log_hyperparams(params)
+            super().log_hyperparams(params)  # synchronous: the logger is built with synchronous=True
         except Exception as err:  # noqa: BLE001
             self.store_failed(err)
 
@@ -325,12 +309,12 @@ class RecipeLogger(MLFlowLogger):
     def finalize(self, status: str = "success") -> None:
         if self._catch_up is not None:
             self._catch_up.finish()  # a server back by now gets the journal: no `recipes sync` needed
-        self.send_held_metrics(synchronous=True)
+        self.write_behind.send()
         if mlflow_logger_run_created(self) and mlflow_logger_log_model(self):
             for callback in self._checkpoint_callbacks.values():
                 self.upload_checkpoints(callback)
         self._uploader.close(wait=self.store_failure is None)  # a store that is down: `recipes sync` uploads them
-        self.send_held_metrics(synchronous=True)  # the facts of the files uploaded just now
+        self.write_behind.close()  # the facts of the files uploaded just now, and the writer thread stops
         mlflow_logger_forget_checkpoints(self)  # uploaded above, under fixed names
         if status == "failed" and self.killed_by is not None:
             status = "KILLED"  # MLflow's RunStatus for a run stopped from outside (SIGTERM, Ctrl+C)

@@ -345,9 +345,6 @@ def test_mlflow_logger_private_state(tmp_path: Path) -> None:
     assert recipes_compat.mlflow_logger_log_model(logger) == "all", message
     assert recipes_compat.mlflow_logger_run_created(logger) is False, message
     assert isinstance(recipes_compat.mlflow_logger_uploaded_files(logger), dict), message
-    with recipes_compat.mlflow_logger_unbuffered(logger):
-        assert logger._log_batch_kwargs == {}, message
-    assert logger._log_batch_kwargs == {"synchronous": False}, message
     recipes_compat.mlflow_logger_forget_checkpoints(logger)
     assert logger._checkpoint_callback is None, message
     assert logger.run_id is not None

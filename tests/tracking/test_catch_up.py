@@ -138,36 +138,6 @@ def test_the_background_thread_catches_up_within_its_interval(run, capsys):
     catch_up.finish()
 
 
-def test_batches_mlflow_still_queued_from_before_the_outage_land_before_the_replay_each_value_once(run, monkeypatch):
-    """The training thread queued a batch to MLflow's asynchronous writer just before the server went away; MLflow
-    holds it up to ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (5 s in a recipe) and sends it once the server is back.
-    The catch-up waits for it before it reads the store, so the journal's copy of those values is not written too
-    (here 1 ms apart, as the held copy's time once could be from the journal's; a file store keeps any duplicate)."""
-    import mlflow
-    from mlflow.entities import Metric
-
-    client, run_id, journal = run
-    monkeypatch.setenv("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "3")
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(client.tracking_uri)  # as MLFlowLogger does when it opens the run
-    try:
-        for step in (1, 2, 3):
-            journal.record("metrics", step=step, time=1_795_000_000_000 + step, values={"val/acc": step / 10})
-        queued = [Metric("val/acc", step / 10, 1_795_000_000_001 + step, step) for step in (1, 2, 3)]
-        client.log_batch(run_id, metrics=queued, synchronous=False)  # waits in MLflow's queue for 3 s
-        server, resumed, failed = ServerClient(client), [], []
-        catch_up = catch_up_of(server, run_id, journal, resumed, failed)
-        catch_up.start()
-        server.away = False
-        assert catch_up.try_now() is True and failed == []
-        mlflow.flush_async_logging()
-        history = client.get_metric_history(run_id, "val/acc")
-        assert sorted(m.step for m in history) == [1, 2, 3], [(m.step, m.timestamp) for m in history]
-        catch_up.finish()
-    finally:
-        mlflow.set_tracking_uri(previous)
-
-
 def test_a_logged_value_has_one_time_in_the_journal_and_in_the_store(tmp_path, migrated_store, monkeypatch):
     """``RecipeLogger.log_metrics`` gives the journal entry and the held value one time, however slowly the clock is
     read: a value written from both (a replay racing the writer) is one row of a SQL store, whose key includes it."""
@@ -183,7 +153,7 @@ def test_a_logged_value_has_one_time_in_the_journal_and_in_the_store(tmp_path, m
     with monkeypatch.context() as patch:
         patch.setattr(time, "time", lambda: next(clock) / 1000)
         logger.log_metrics({"val/acc": 0.5}, step=3)
-    logger.send_held_metrics(synchronous=True)
+    logger.flush_metrics()
     (entry,) = [e for e in read_journal(tmp_path / "checkpoints" / run_id / "tracking-journal.jsonl")
                 if e["kind"] == "metrics"]
     (stored,) = logger.experiment.get_metric_history(run_id, "val/acc")

@@ -409,45 +409,40 @@ def test_short_reason_keeps_the_errno_part() -> None:
     assert short_reason(Exception("x" * 500)).endswith("...")
 
 
-def test_async_logging_buffers_writes_unless_the_user_chose(workdir: Path, monkeypatch) -> None:
-    from recipes.tracking.logger import ASYNC_BUFFER_ENV
+def test_one_background_thread_writes_the_held_metrics_and_none_goes_through_mlflows_async_queue(
+    workdir: Path, monkeypatch
+) -> None:
+    """One journal, one writer (issue 54): the training thread holds the values; the logger's one writer thread puts
+    them into the store every ``hold_seconds``, synchronously, in the order they were logged; MLflow's asynchronous
+    queue (a second buffer in series, with its own threads) is not used."""
+    from mlflow.tracking import MlflowClient
 
-    monkeypatch.delenv(ASYNC_BUFFER_ENV, raising=False)
-    RecipeLogger(experiment_name="buffered")
-    assert os.environ[ASYNC_BUFFER_ENV] == "5"  # MLflow's worker writes queued metrics every 5 s, merged
-    monkeypatch.setenv(ASYNC_BUFFER_ENV, "1")
-    RecipeLogger(experiment_name="buffered")
-    assert os.environ[ASYNC_BUFFER_ENV] == "1"
+    writes: list[tuple[str, bool, list[float]]] = []
+    log_batch = MlflowClient.log_batch
 
+    def spy(self, run_id, metrics=(), params=(), tags=(), synchronous=None, **kwargs):
+        writes.append((threading.current_thread().name, synchronous, [m.value for m in metrics if m.key == "a"]))
+        return log_batch(self, run_id, metrics=metrics, params=params, tags=tags, synchronous=synchronous, **kwargs)
 
-def test_async_logging_uses_one_worker_thread_unless_the_user_chose(workdir: Path, monkeypatch) -> None:
-    """MLflow restarts its async pools at every flush (every checkpoint save) and started a thread per submission
-    after it, the training thread waiting for each; with one worker a flushed epoch starts at most one thread per
-    pool."""
-    import collections
-    import threading
-
-    from recipes.tracking.logger import ASYNC_POOL_ENV
-
-    monkeypatch.delenv(ASYNC_POOL_ENV, raising=False)
-    logger = RecipeLogger(experiment_name="pool")
-    assert os.environ[ASYNC_POOL_ENV] == "1"
-    logger.held_metrics.hold_seconds = 0.0  # every call goes to MLflow's asynchronous queue at once
-    logger.log_metrics({"a": 0.0}, step=0)
-    logger.flush_metrics()
-    started = []
-    start = threading.Thread.start
-    monkeypatch.setattr(threading.Thread, "start", lambda thread: (started.append(thread.name), start(thread))[1])
-    for step in range(1, 8):
+    monkeypatch.setattr(MlflowClient, "log_batch", spy)
+    earlier = {t.ident for t in threading.enumerate()}  # another test's, if any
+    logger = RecipeLogger(experiment_name="one_writer")
+    logger.write_behind.hold_seconds = 0.2
+    for step in range(5):
+        logger.log_metrics({"a": float(step)}, step=step)
+    assert writes == []  # the training thread wrote nothing
+    deadline = time.monotonic() + 30
+    while not writes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for step in range(5, 8):
         logger.log_metrics({"a": float(step)}, step=step)
     logger.finalize("success")
-    pools = collections.Counter(name.rstrip("0123456789").rstrip("_") for name in started if "MLflow" in name)
-    assert pools and all(count == 1 for count in pools.values()), started  # one thread per pool (and the loop)
+    assert writes and writes[0][0] == "loopwise-store-writer" and all(sync is True for _, sync, _ in writes)
+    assert [v for _, _, values in writes for v in values] == [float(s) for s in range(8)]  # in order, each once
+    assert not [t.name for t in threading.enumerate() if t.ident not in earlier
+                and (t.name == "loopwise-store-writer" or "MLflow" in t.name)]  # stopped; none of MLflow's started
     client = mlflow_client(workdir)
     assert [m.value for m in client.get_metric_history(logger.run_id, "a")] == [float(s) for s in range(8)]
-    monkeypatch.setenv(ASYNC_POOL_ENV, "4")
-    RecipeLogger(experiment_name="pool")
-    assert os.environ[ASYNC_POOL_ENV] == "4"
 
 
 # --- a command leaves the process as it found it ---------------------------------------------------------------------
