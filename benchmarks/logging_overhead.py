@@ -20,7 +20,7 @@ median of the paired ratios):
   pair, or a handful, cannot resolve a 5% effect. Target: MLflow costs at most 5% (median ratio >= 0.95);
 * direct cost: the training thread's seconds inside MLflow logging calls during the loop (``log_metrics``, the
   checkpoint hand-off to the uploader, the LR monitor's hooks, the checkpoint stamp's work for the run at every save:
-  the journal's fsync, the held metrics, the checkpoint-step tag) as a share of the loop's time, which does not
+  the journal's fsync, holding the metrics for the writer thread, the checkpoint-step tag) as a share of the loop's time, which does not
   depend on the machine's noise; what it leaves out is what background threads (MLflow's writer, the checkpoint
   uploader) take from the training thread through Python's GIL and the cores;
 * run: wall time of the whole ``recipes fit`` call, including the per-run fixed costs that only the MLflow variant
@@ -67,7 +67,7 @@ def timed(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def instrument() -> None:
     """Time the training thread's MLflow logging calls: metrics, checkpoint hand-off, the LR monitor's hooks, and
-    what the run's checkpoint stamp does for the run at every save (the journal's fsync, the held metrics, the
+    what the run's checkpoint stamp does for the run at every save (the journal's fsync, holding the metrics, the
     newest checkpoint's step tag)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
