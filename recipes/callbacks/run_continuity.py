@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import Callback
 
 from recipes.compat.internals import mlflow_logger_experiment_name
 from recipes.checkpoints.files import STAMP_KEY
+from recipes.callbacks.run_checkpoint import RunCheckpoint
 from recipes.checkpoints.run_lock import lock_fit_run
 from recipes.checkpoints.run_stamp import CHECKPOINT_STEP_TAG, RESUMED_FROM_STEP_TAG, RESUMED_FROM_TAG
 from recipes.tracking.tracked_run import tracked_run
@@ -24,7 +25,8 @@ class RunContinuity(Callback):
         self.saved_step: int | None = None  # the step of the newest checkpoint saved (the file exists at the next hook)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        lock_fit_run(trainer)  # one process at a time trains the run: a resume of it is refused from now on
+        folders = [c.root / c.experiment for c in trainer.checkpoint_callbacks if isinstance(c, RunCheckpoint)]
+        lock_fit_run(trainer, folders)  # one process at a time trains the run: a resume of it is refused from now on
         run = tracked_run(trainer)
         if run is None or not trainer.is_global_zero:
             return

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from recipes.compat.internals import can_stop_after_this_batch, hold_stop_request, stop_after_this_batch
-from recipes.checkpoints.run_checkpoint import RunCheckpoint
+from recipes.callbacks.run_checkpoint import RunCheckpoint
 
 SIGNAL_EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
 

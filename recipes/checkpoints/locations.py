@@ -21,7 +21,6 @@ from recipes.checkpoints.run_stamp import RESUMED_FROM_TAG
 from recipes.tracking.sqlite_store import sqlite_database_path
 from recipes.tracking.database_urls import masked_url
 from recipes.tracking.recreated_runs import REPLAYED_FROM_TAG, current_run_id
-from recipes.checkpoints.run_checkpoint import ALIASES
 from recipes.tracking.logger import CHECKPOINT_ARTIFACT_DIR
 from recipes.tracking.pending_replay import replay_before_reading
 from recipes.tracking.uris import default_tracking_uri
@@ -29,6 +28,7 @@ from recipes.tracking.uris import default_tracking_uri
 MLFLOW_REF = re.compile(r"^mlflow:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
 RUN_REF = re.compile(r"^run:(?P<run_id>[^/\s]+)/(?P<alias>best|last)$")
 UNTRAINED = "none"
+ALIASES = ("best", "last")  # the run's two checkpoint files, best.ckpt and last.ckpt (``RunCheckpoint``)
 """``--ckpt_path none``: validate/test/predict the network as built (no checkpoint), on purpose."""
 EVALUATIONS = ("validate", "test", "predict")
 CHECKPOINT_CHOICES = "--ckpt_path best|last|run:<id>/best|last|mlflow:<id>/best|last|<file>"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from collections.abc import Iterable
 from typing import IO, Any
 
 LOCK_FOLDER = ".resume-locks"
@@ -66,17 +67,15 @@ def release_run_locks() -> None:
         handle.close()  # closing the file releases its flock
 
 
-def lock_fit_run(trainer: Any) -> None:
+def lock_fit_run(trainer: Any, folders: Iterable[Path]) -> None:
     """A fit's run locked by rank 0 once it exists (a new fit: at train start; a resume holds it already), under
-    the experiment folder of the run's checkpoints (``RunCheckpoint``)."""
-    from recipes.checkpoints.run_checkpoint import RunCheckpoint  # noqa: PLC0415
+    each experiment folder of the run's checkpoints (``folders``: those of its ``RunCheckpoint`` s)."""
     from recipes.tracking.tracked_run import tracked_run  # noqa: PLC0415
 
     run = tracked_run(trainer)
     if not trainer.is_global_zero or run is None or run.run_id is None:
         return
-    folders = {c.root / c.experiment for c in trainer.checkpoint_callbacks if isinstance(c, RunCheckpoint)}
-    for folder in folders:
+    for folder in set(folders):
         hold_run_lock(folder, str(run.run_id))
 
 

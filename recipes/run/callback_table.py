@@ -25,7 +25,7 @@ from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 from recipes.callbacks.callback_group import CallbackGroup
 from recipes.callbacks.training_plan import TrainingPlan
 from recipes.doctor.loop_doctor import LoopDoctor
-from recipes.checkpoints.run_checkpoint import RunCheckpoint
+from recipes.callbacks.run_checkpoint import RunCheckpoint
 from recipes.callbacks.confusion_matrix import ConfusionMatrixArtifact
 from recipes.callbacks.data_inputs import DataInputs
 from recipes.callbacks.data_content import DataContent

@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from datamodules import SpiralDataModule
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
-from recipes.checkpoints.run_checkpoint import RunCheckpoint
+from recipes.callbacks.run_checkpoint import RunCheckpoint
 
 
 def test_only_a_checkpoint_with_a_step_or_time_trigger_runs_lightnings_per_batch_check(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
 from lightning_modules.optim import Plateau
 from recipes.callbacks import LoopDoctor, LoopDoctorWarning, NonFiniteError, ScheduleError
-from recipes.checkpoints.run_checkpoint import RunCheckpoint
+from recipes.callbacks.run_checkpoint import RunCheckpoint
 from recipes.loop_doctor import sample_hashes
 from recipes.tracking.logger import RecipeLogger
 from tests.conftest import mlflow_client

@@ -17,7 +17,7 @@ from datamodules import SpiralDataModule
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
 from recipes.tracking.uploads import CheckpointUploader
-from recipes.checkpoints.run_checkpoint import RunCheckpoint
+from recipes.callbacks.run_checkpoint import RunCheckpoint
 from recipes.tracking.logger import RecipeLogger
 from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server
 from recipes.tracking.failures import short_reason

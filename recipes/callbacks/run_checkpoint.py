@@ -12,13 +12,13 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_modules.read_steps import epoch_batches_done
+from recipes.checkpoints.locations import ALIASES
 from recipes.compat.internals import checkpoint_state_key, skip_batch_hooks
 from recipes.checkpoints.atomic_io import remove_leftover_temp_files
 from recipes.checkpoints.resumed_best import ResumedBest, describe_resume, fetch_from_store, repointed, restore_best
 from recipes.tracking.logger import find_mlflow_logger
 from recipes.tracking.tracked_run import tracked_run
 
-ALIASES = ("best", "last")
 
 
 class RunCheckpoint(ModelCheckpoint):
