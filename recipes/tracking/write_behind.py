@@ -20,9 +20,9 @@ up to twice the delay, and a flush of MLflow's queue that restarted its threads 
   other, so an older ``loopwise.checkpoint_step`` never lands after a newer one.
 
 Why hold at all: one ``log_batch`` to MLflow's SQLite store is about 10 ms of SQLAlchemy work holding Python's GIL,
-and a recipe logs every ``log_every_n_steps`` (10 on the spiral: every 15-20 ms). Measured with
-``benchmarks/logging_overhead.py``: writing each call through MLflow's asynchronous path cost the spiral loop more
-than the 5% target; held and written every 5 s, MLflow costs the loop under 5%.
+and a recipe logs every ``log_every_n_steps`` (10 on the spiral: every 15-20 ms); written per call, the store would
+take a third of the training thread's time. Held and written every 5 s, it is one write per several hundred steps
+(``benchmarks/logging_overhead.py``: the loop with MLflow against no logger).
 """
 
 from __future__ import annotations
