@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -146,29 +147,38 @@ def footprint(venv: Path, env: dict[str, str]) -> dict:
                          if versions.get(name)}}
 
 
-def run_python(venv: Path, code: str, cwd: Path, env: dict[str, str]) -> tuple[float, str]:
-    """Wall seconds of ``python -c code`` in the venv, and its stdout; raises on a non-zero exit."""
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_python(venv: Path, code: str, cwd: Path, env: dict[str, str]) -> tuple[float, str, float]:
+    """Wall seconds of ``python -c code`` in the venv, its stdout and its CPU seconds (user + system: what another
+    busy process on the machine does not inflate much); raises on a non-zero exit."""
+    cpu = children_cpu()
     start = time.perf_counter()
     done = subprocess.run([str(venv_python(venv)), "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    cpu = children_cpu() - cpu
     if done.returncode != 0:
         raise RuntimeError(f"{venv.name}: python -c {code[:60]!r}... failed ({done.returncode}):\n"
                            f"{done.stderr[-3000:]}")
-    return seconds, done.stdout
+    return seconds, done.stdout, cpu
 
 
 def heavy_loaded(venv: Path, statement: str, cwd: Path, env: dict[str, str]) -> list[str]:
     """Which heavy libraries ``statement`` imports in the venv (the untimed warm-up run)."""
     probe = (f"{statement}\nimport sys, json\n"
              f"print('LOADED ' + json.dumps([m for m in {PROBE_HEAVY!r} if m in sys.modules]))")
-    _, out = run_python(venv, probe, cwd, env)
+    _, out, _ = run_python(venv, probe, cwd, env)
     return next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("LOADED ")), [])
 
 
 def light_check(venv: Path, train: bool, cwd: Path, env: dict[str, str]) -> dict:
     """The modules import none of the recipes' stack; with ``train``, a plain Trainer fits one epoch."""
     try:
-        _, out = run_python(venv, LIGHT_CHECK.format(stack=RECIPES_STACK, train=train), cwd, env)
+        _, out, _ = run_python(venv, LIGHT_CHECK.format(stack=RECIPES_STACK, train=train), cwd, env)
     except RuntimeError as error:
         return {"passed": False, "error": str(error)[-1500:]}
     result = next((json.loads(line[6:]) for line in out.splitlines() if line.startswith("CHECK ")), {})
@@ -210,6 +220,12 @@ def format_table(m: dict) -> str:
                      f"MB {ratio(v['mb'], base['mb']):.2f}x, import lightning {ratio(t, base_import):.2f}x   "
                      f"(adds {v['packages'] - base['packages']:+d} packages, {v['mb'] - base['mb']:+,.0f} MB, "
                      f"{t - base_import:+.2f} s to every import lightning)")
+    if "cpu" in imports["lightning"]["baseline"]:  # CPU time: less at the mercy of other work on the machine
+        base_cpu = imports["lightning"]["baseline"]["cpu"]["median"]
+        lines.append("import lightning, CPU seconds (user + system, medians): " + ", ".join(
+            f"{name} {imports['lightning'][name]['cpu']['median']:.2f}" for name in VENVS) + "; " + ", ".join(
+            f"{name} / baseline {ratio(imports['lightning'][name]['cpu']['median'], base_cpu):.2f}x"
+            for name in ("core", "recipes")))
     for name in ("core", "recipes"):
         t_mod, t_light = imports["modules"][name]["median"], imports["lightning"][name]["median"]
         lines.append(f"{name}: import lightning_modules, datamodules / import lightning = {ratio(t_mod, t_light):.2f}x "
@@ -251,7 +267,9 @@ def json_rows(m: dict) -> list[dict]:
                      "target": "-", "verdict": "-"})
         rows.append({"what": f"`import lightning` after {extra} / torch + lightning + torchmetrics (median "
                              f"{t['median']:.2f} s, {t['min']:.2f}-{t['max']:.2f}, vs {base_t['median']:.2f} s, "
-                             f"{base_t['min']:.2f}-{base_t['max']:.2f})",
+                             f"{base_t['min']:.2f}-{base_t['max']:.2f}"
+                             + (f"; CPU time {ratio(t['cpu']['median'], base_t['cpu']['median']):.2f}x" if "cpu" in t
+                                else "") + ")",
                      "result": f"{ratio(t['median'], base_t['median']):.2f}x", "target": "-", "verdict": "-"})
     stack_installed = [p for p in venvs["core"]["installed"] if p in RECIPES_STACK]
     rows.append({"what": "the core install's packages of the recipes' stack (" + ", ".join(RECIPES_STACK) + ")",
@@ -320,17 +338,19 @@ def measure(root: Path, repeats: int, env: dict[str, str], json_path: Path | Non
     for what, name in TIMED:  # the untimed warm-ups (file-system cache), which say what each import loads
         loaded[what][name] = heavy_loaded(root / name, IMPORTS[what], work, env)
     times: dict[tuple[str, str], list[float]] = {pair: [] for pair in TIMED}
+    cpu_times: dict[tuple[str, str], list[float]] = {pair: [] for pair in TIMED}
     print(f"timing: {repeats} fresh process(es) per cell, interleaved", flush=True)
     for rep in range(repeats):
         for what, name in TIMED:
-            seconds, _ = run_python(root / name, IMPORTS[what], work, env)
+            seconds, _, cpu = run_python(root / name, IMPORTS[what], work, env)
             times[(what, name)].append(seconds)
-            print(f"  rep {rep + 1}/{repeats} {name:>8} {IMPORTS[what]}: {seconds:.2f} s", flush=True)
+            cpu_times[(what, name)].append(cpu)
+            print(f"  rep {rep + 1}/{repeats} {name:>8} {IMPORTS[what]}: {seconds:.2f} s (CPU {cpu:.2f} s)", flush=True)
     checks = {"core (plain Trainer)": light_check(root / "core", True, work, env),
               "recipes (stack installed)": light_check(root / "recipes", False, work, env)}
     imports: dict[str, dict] = {what: {} for what in IMPORTS}
     for (what, name), values in times.items():
-        imports[what][name] = summary(values)
+        imports[what][name] = {**summary(values), "cpu": summary(cpu_times[(what, name)])}
     m = {"benchmark": "install_footprint", "repeats": repeats, "venvs": venvs, "imports": imports,
          "loaded": loaded, "checks": checks}
     print()
