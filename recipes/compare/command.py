@@ -30,7 +30,7 @@ from jsonargparse import ArgumentError, ArgumentParser, Namespace
 from recipes.compare.errors import PROG, CompareError
 from recipes.compare.run_filter import RunFilter, parse_filter
 from recipes.compare.labels import differing_params
-from recipes.compare.metric import LoggedMetrics, choose_metric, lower_is_better, summarize_history
+from recipes.compare.metric import choose_metric, lower_is_better, summarize_history
 from recipes.compare.plot import plot_curves
 from recipes.compare.report import render_report
 from recipes.compare.rows import RunsTable, build_table
@@ -121,22 +121,21 @@ def collect_tables(client: Any, args: Namespace, run_filter: RunFilter) -> list[
     skipped: list[str] = []
     unsorted: list[str] = []
     for experiment in find_experiments(client, args.experiment):
-        frame, left_out = search_runs(client, experiment.experiment_id, args.stage, run_filter, args.max_runs)
-        if frame.empty:
+        runs, left_out = search_runs(client, experiment.experiment_id, args.stage, run_filter, args.max_runs)
+        if not runs:
             continue
-        logged = LoggedMetrics(client, frame)
         try:
-            metric = choose_metric(client, frame, args.metric, logged)
+            metric = choose_metric(client, runs, args.metric)
         except CompareError as err:
             skipped.append(f"experiment {experiment.name}: {err}")
             continue
-        table = build_table(client, frame, metric, experiment.name, left_out, logged)
+        table = build_table(client, runs, metric, experiment.name, left_out)
         try:
-            order = sort_table(table.rows, table.frame, args.sort, metric, logged)
+            order = sort_table(table.rows, table.runs, args.sort, metric)
         except CompareError as err:  # e.g. a param these runs lack: their table keeps its order, unless all do
             unsorted.append(str(err))
             order = list(range(len(table.rows)))
-        table.rows, table.frame = [table.rows[i] for i in order], table.frame.iloc[order].reset_index(drop=True)
+        table.rows, table.runs = [table.rows[i] for i in order], [table.runs[i] for i in order]
         tables.append(table)
     if unsorted and len(unsorted) == len(tables):
         raise CompareError(unsorted[0])

@@ -1,7 +1,7 @@
 """Run labels: what differs between the listed runs, said in a few words (``lr=0.003 batch_size=32``).
 
 * The params that differ: those whose values are not the same in every listed run (a missing param counts as a
-  value, shown ``(none)``): the ``params.*`` columns of ``mlflow.search_runs``' DataFrame.
+  value, shown ``(none)``).
 * Left out of the label (but kept in CSV/JSON): params that follow from the others (``DERIVED``: the training
   plan's ``plan.*`` arithmetic, ``effective_batch_size``, ``total_optimizer_steps``), unless nothing else differs;
   and a param whose values repeat, run for run, those of a param already in the label.
@@ -16,19 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipes.compare.frame import params_of, runs_frame
-
 DERIVED_PREFIXES = ("plan.",)
 DERIVED = frozenset({"effective_batch_size", "total_optimizer_steps"})
 MISSING = "(none)"
 MAX_VALUE = 24
 
 
-def differing_params(runs: Any) -> list[str]:
-    """Param names whose values are not the same in every run (sorted); ``runs``: ``mlflow.search_runs``' DataFrame
-    (or ``Run`` objects)."""
-    params = params_of(runs_frame(runs))
-    return sorted(key for key in params if params[key].nunique(dropna=False) > 1)
+def differing_params(runs: list[Any]) -> list[str]:
+    """Param names whose values are not the same in every run (sorted)."""
+    keys = sorted(set().union(*(r.data.params.keys() for r in runs))) if runs else []
+    return [k for k in keys if len({r.data.params.get(k) for r in runs}) > 1]
 
 
 def is_derived(key: str) -> bool:
@@ -40,14 +37,13 @@ def _preference(key: str) -> tuple[int, int, str]:
     return (key.count("."), len(key), key)
 
 
-def label_params(runs: Any, params: list[str]) -> list[str]:
+def label_params(runs: list[Any], params: list[str]) -> list[str]:
     """The differing params a label names: no derived ones (unless only those differ), no repeated columns."""
-    values_of = params_of(runs_frame(runs))
     chosen = [k for k in params if not is_derived(k)] or list(params)
     kept: list[str] = []
     seen: set[tuple[Any, ...]] = set()
     for key in sorted(chosen, key=_preference):
-        values = tuple(values_of[key])
+        values = tuple(r.data.params.get(key) for r in runs)
         if values not in seen:
             seen.add(values)
             kept.append(key)
@@ -86,19 +82,16 @@ def short_value(value: str | None) -> str:
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
-def run_labels(runs: Any, stages: list[str], data: list[str] | None = None) -> tuple[list[str], list[str]]:
+def run_labels(runs: list[Any], stages: list[str], data: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(one label per run, the params the labels name); ``stages[i]`` is run i's stage, ``data[i]`` its data digest.
 
     Runs of one stage whose labels are equal get ``data=<digest>`` added where their data differ, else their id's
     first 8 characters.
     """
-    frame = runs_frame(runs)
-    params = label_params(frame, differing_params(frame))
+    params = label_params(runs, differing_params(runs))
     names = short_names(params)
-    values = params_of(frame)
-    ids, run_names = list(frame["run_id"]), frame.get("tags.mlflow.runName", [None] * len(frame))
-    labels = [" ".join(f"{names[k]}={short_value(values[k].iat[i])}" for k in params) for i in range(len(frame))]
-    labels = [label or (name or run_id[:8]) for label, name, run_id in zip(labels, run_names, ids)]
+    labels = [" ".join(f"{names[k]}={short_value(r.data.params.get(k))}" for k in params) for r in runs]
+    labels = [label or (r.info.run_name or r.info.run_id[:8]) for label, r in zip(labels, runs)]
     counts: dict[tuple[str, str], int] = {}
     for label, stage in zip(labels, stages):
         counts[(label, stage)] = counts.get((label, stage), 0) + 1
@@ -109,8 +102,8 @@ def run_labels(runs: Any, stages: list[str], data: list[str] | None = None) -> t
     labels = [
         label if counts[(label, stage)] == 1
         else f"{label} data={digest}" if digest and len(digests[(label, stage)]) == counts[(label, stage)]
-        else f"{label} {run_id[:8]}"
-        for label, stage, digest, run_id in zip(labels, stages, data, ids)
+        else f"{label} {r.info.run_id[:8]}"
+        for label, stage, digest, r in zip(labels, stages, data, runs)
     ]
     return labels, params
 

@@ -13,14 +13,13 @@
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from recipes.compare.errors import CompareError
-from recipes.compare.runs import run_stages
+from recipes.compare.runs import run_stage
 
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "perplexity", "ppl")
 FALLBACK_METRIC = "val/loss"
@@ -44,48 +43,13 @@ def summarize_history(history: list[Any], metric: str) -> dict[str, Any]:
     return {"best": best.value, "last": ordered[-1].value, "best_step": best.step}
 
 
-class LoggedMetrics:
-    """What each listed run logged: ``mlflow.search_runs``' ``metrics.*`` columns, and histories read once each.
-
-    The DataFrame has NaN both where a run did not log a metric and where the run's last value was NaN; only for such
-    a cell is the store asked (the history, empty when the run did not log the metric).
-    """
-
-    def __init__(self, client: Any, frame: Any) -> None:
-        self.client = client
-        self.last = {column[len("metrics."):]: dict(zip(frame["run_id"], frame[column]))
-                     for column in frame.columns if column.startswith("metrics.")}
-        self.histories: dict[tuple[str, str], list[Any]] = {}
-
-    def history(self, run_id: str, name: str) -> list[Any]:
-        """The run's history of ``name`` (``Metric`` objects), read from the store once."""
-        if (run_id, name) not in self.histories:
-            self.histories[(run_id, name)] = self.client.get_metric_history(run_id, name)
-        return self.histories[(run_id, name)]
-
-    def value(self, run_id: str, name: str) -> float | None:
-        """The run's last value of ``name`` (NaN when that was NaN), None when the run did not log it."""
-        value = self.last.get(name, {}).get(run_id)
-        if value is None or (math.isnan(value) and not self.history(run_id, name)):
-            return None
-        return float(value)
-
-    def logged(self, run_id: str, name: str) -> bool:
-        """True when the run logged ``name``."""
-        return self.value(run_id, name) is not None
-
-    def names(self, run_ids: list[str]) -> list[str]:
-        """The metrics the runs logged, sorted."""
-        return sorted(name for name in self.last if any(self.logged(run_id, name) for run_id in run_ids))
-
-
-def metric_of_run(metric: str, run_id: str, stage: str, logged: LoggedMetrics) -> str:
-    """The name under which a run logged ``metric``: its own split's for an evaluation run (``test/acc``)."""
-    if "/" not in metric or logged.logged(run_id, metric):
+def metric_of_run(metric: str, run: Any) -> str:
+    """The name under which ``run`` logged ``metric``: its own split's for an evaluation run (``test/acc``)."""
+    if metric in run.data.metrics or "/" not in metric:
         return metric
-    split = SPLIT_OF_STAGE.get(stage)
+    split = SPLIT_OF_STAGE.get(run_stage(run))
     own = f"{split}/{metric.split('/', 1)[1]}" if split else metric
-    return own if logged.logged(run_id, own) else metric
+    return own if own in run.data.metrics else metric
 
 
 def monitor_from_config(client: Any, run_id: str) -> str | None:
@@ -144,34 +108,35 @@ def task_classes(base: type) -> list[type]:
     return found
 
 
-def logged_by(frame: Any, metric: str, logged: LoggedMetrics) -> bool:
+def logged_by(runs: list[Any], metric: str) -> bool:
     """True when a listed run logged ``metric`` (an evaluation run: under its own split)."""
-    return any(logged.logged(run_id, metric_of_run(metric, run_id, stage, logged))
-               for run_id, stage in zip(frame["run_id"], run_stages(frame)))
+    return any(metric_of_run(metric, run) in run.data.metrics for run in runs)
 
 
-def choose_metric(client: Any, frame: Any, requested: str | None, logged: LoggedMetrics) -> str:
+def choose_metric(client: Any, runs: list[Any], requested: str | None) -> str:
     """``requested`` if given, else the monitored metric of the newest run with a config, else ``val/loss``."""
+    logged = sorted(set().union(*(r.data.metrics.keys() for r in runs))) if runs else []
     if requested:
-        if not logged_by(frame, requested, logged):
-            raise CompareError(f"metric {requested!r} was not logged by any listed run; logged: "
-                               f"{', '.join(logged.names(list(frame['run_id']))) or 'none'}")
+        if not logged_by(runs, requested):
+            raise CompareError(
+                f"metric {requested!r} was not logged by any listed run; logged: {', '.join(logged) or 'none'}"
+            )
         return requested
     candidates: list[str] = []
-    for run_id in list(frame["run_id"])[:CONFIGS_READ]:  # newest first; a config download per run: a few only
-        monitor = monitor_from_config(client, run_id)
+    for run in runs[:CONFIGS_READ]:  # newest first; a config download per run, so look at a few only
+        monitor = monitor_from_config(client, run.info.run_id)
         if monitor:
             candidates.append(monitor)
             break
     candidates.append(FALLBACK_METRIC)
     for name in candidates:
-        if logged_by(frame, name, logged):
+        if logged_by(runs, name):
             return name
     raise CompareError(
         f"none of {', '.join(candidates)} was logged by the listed runs; pick one with --metric "
-        f"(logged: {', '.join(logged.names(list(frame['run_id']))) or 'none'})"
+        f"(logged: {', '.join(logged) or 'none'})"
     )
 
 
-__all__ = ["FALLBACK_METRIC", "LoggedMetrics", "choose_metric", "default_monitor_of", "logged_by", "lower_is_better",
+__all__ = ["FALLBACK_METRIC", "choose_metric", "default_monitor_of", "logged_by", "lower_is_better",
            "metric_of_run", "monitor_from_config", "summarize_history", "task_classes"]

@@ -1,5 +1,4 @@
-"""The rows of one ``recipes compare`` table: one dict per run of ``mlflow.search_runs``' DataFrame, keys = the CSV/JSON
-column names.
+"""The rows of one ``recipes compare`` table: one dict per run, keys = the CSV/JSON column names.
 
 Columns, in order: ``run`` (the label: what differs, ``compare_labels``), ``name`` (MLflow's run name), ``id``,
 ``experiment``, ``stage``, ``status``, ``by`` (who ran it where: ``user@host``, MLflow's ``mlflow.user`` and loopwise's
@@ -21,10 +20,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from recipes.compare.data import data_digest, data_inputs_text, data_marks, data_record, data_summary
-from recipes.compare.frame import epoch_ms, prefixed, runs_frame
 from recipes.compare.labels import differing_params, run_labels
-from recipes.compare.metric import LoggedMetrics, metric_of_run, summarize_history
-from recipes.compare.runs import FIT_RUN_TAG, run_stages
+from recipes.compare.metric import metric_of_run, summarize_history
+from recipes.compare.runs import FIT_RUN_TAG, run_stage
 from recipes.tracking.checkpoint_facts import who_ran
 
 RESUMED_FROM_TAG = "loopwise.resumed_from_run"  # the names run_continuity writes (not imported: compare needs no
@@ -40,8 +38,7 @@ class RunsTable:
     experiment: str
     metric: str
     rows: list[dict[str, Any]]
-    frame: Any  # the runs' rows of mlflow.search_runs' DataFrame, in the order of ``rows``
-    logged: LoggedMetrics
+    runs: list[Any]
     params: list[str]
     label_params: list[str]
     histories: dict[str, list[Any]]
@@ -61,10 +58,10 @@ def iso_time(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def duration_s(start: int | None, end: int | None) -> float | None:
-    """The run's wall time in seconds from its start and end (ms; None while it runs)."""
-    if start and end:
-        return round((end - start) / 1000, 1)
+def duration_s(run: Any) -> float | None:
+    """The run's wall time in seconds (None while it runs)."""
+    if run.info.start_time and run.info.end_time:
+        return round((run.info.end_time - run.info.start_time) / 1000, 1)
     return None
 
 
@@ -80,54 +77,50 @@ def epoch_at(client: Any, run_id: str, step: int | None) -> int | None:
     return int(at[-1]) + 1 if at else None
 
 
-def resumed_from(tags: dict[str, str]) -> str:
+def resumed_from(run: Any) -> str:
     """``<run id> @ step <step>`` for a branch (a run resumed from an older checkpoint of another run), else ``""``."""
+    tags = run.data.tags
     source = tags.get(RESUMED_FROM_TAG, "")
     return f"{source} @ step {tags.get(RESUMED_FROM_STEP_TAG, '?')}" if source else ""
 
 
-def build_table(client: Any, runs: Any, metric: str, experiment: str, left_out: int = 0,
-                logged: LoggedMetrics | None = None) -> RunsTable:
-    """The rows of ``runs`` (one experiment: ``mlflow.search_runs``' DataFrame, or ``Run`` objects), their labels,
-    data marks and ``metric``'s summary. The dataset inputs, which the DataFrame lacks, are read run by run."""
-    frame = runs_frame(runs)
-    logged = logged or LoggedMetrics(client, frame)
-    stages = run_stages(frame)
-    params = differing_params(frame)
-    records = [data_record(client.get_run(run_id)) for run_id in frame["run_id"]]
-    labels, named = run_labels(frame, stages, [data_digest(record) for record in records])
+def build_table(client: Any, runs: list[Any], metric: str, experiment: str, left_out: int = 0) -> RunsTable:
+    """The rows of ``runs`` (one experiment), their labels, data marks and ``metric``'s summary."""
+    stages = [run_stage(run) for run in runs]
+    params = differing_params(runs)
+    records = [data_record(run) for run in runs]
+    labels, named = run_labels(runs, stages, [data_digest(record) for record in records])
     marks = data_marks(records)
     rows: list[dict[str, Any]] = []
     histories: dict[str, list[Any]] = {}
-    for run, stage, label, record, mark in zip(frame.to_dict("records"), stages, labels, records, marks):
-        run_id, tags = run["run_id"], prefixed(run, "tags.")
-        own = metric_of_run(metric, run_id, stage, logged)
-        history = logged.history(run_id, own) if logged.logged(run_id, own) else []
+    for run, stage, label, record, mark in zip(runs, stages, labels, records, marks):
+        run_id = run.info.run_id
+        own = metric_of_run(metric, run)
+        history = client.get_metric_history(run_id, own) if own in run.data.metrics else []
         histories[run_id] = history
         summary = summarize_history(history, metric)
-        start, end = epoch_ms(run["start_time"]), epoch_ms(run["end_time"])
         row: dict[str, Any] = {
             "run": label,
-            "name": tags.get("mlflow.runName", ""),
+            "name": run.info.run_name or "",
             "id": run_id,
             "experiment": experiment,
             "stage": stage,
-            "status": run["status"],
-            "by": who_ran(tags),
-            "start": iso_time(start),
-            "duration (s)": duration_s(start, end),
+            "status": run.info.status,
+            "by": who_ran(dict(run.data.tags)),
+            "start": iso_time(run.info.start_time),
+            "duration (s)": duration_s(run),
             "data": mark,
             "data digest": data_digest(record),
             "data inputs": data_inputs_text(record),
-            "fit run id": tags.get(FIT_RUN_TAG, ""),
-            "resumed from": resumed_from(tags),
+            "fit run id": run.data.tags.get(FIT_RUN_TAG, ""),
+            "resumed from": resumed_from(run),
         }
-        row.update({f"params.{key}": run[f"params.{key}"] for key in params})
+        row.update({f"params.{key}": run.data.params.get(key) for key in params})
         best_epoch = None if stage in EVALUATION_STAGES else epoch_at(client, run_id, summary["best_step"])
         row.update({"metric": own, "best": summary["best"], "last": summary["last"],
                     "best step": summary["best_step"], "best epoch": best_epoch})
         rows.append(row)
-    return RunsTable(experiment, metric, rows, frame, logged, params, named, histories, data_summary(records), left_out)
+    return RunsTable(experiment, metric, rows, list(runs), params, named, histories, data_summary(records), left_out)
 
 
 __all__ = ["RunsTable", "build_table", "duration_s", "epoch_at", "iso_time", "resumed_from"]

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from recipes.compare.errors import CompareError
-from recipes.compare.frame import runs_frame
 
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 PARAM_KEY = r"(?:`(?P<q1>[^`]+)`|\"(?P<q2>[^\"]+)\"|(?P<bare>[\w.\-/]+))"
@@ -58,11 +57,11 @@ class NumericParamClause:
     op: str
     value: float
 
-    def matches(self, value: str | None) -> bool:
-        """True when the run's value of the param is a number and the comparison holds (None: the run has none)."""
+    def matches(self, params: dict[str, str]) -> bool:
+        """True when the run's param is a number and the comparison holds."""
         try:
-            return OPERATORS[self.op](float(value), self.value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+            return OPERATORS[self.op](float(params[self.key]), self.value)
+        except (KeyError, ValueError):
             return False
 
 
@@ -74,18 +73,9 @@ class RunFilter:
     mlflow: str = ""
     numeric: tuple[NumericParamClause, ...] = field(default_factory=tuple)
 
-    def kept(self, runs: Any) -> list[bool]:
-        """Whether each run (``mlflow.search_runs``' DataFrame, or ``Run`` objects) matches every numeric clause."""
-        frame = runs_frame(runs)
-        kept = [True] * len(frame)
-        for clause in self.numeric:
-            values = frame.get(f"params.{clause.key}", [None] * len(frame))
-            kept = [keep and clause.matches(value) for keep, value in zip(kept, values)]
-        return kept
-
     def keeps(self, run: Any) -> bool:
-        """True when one ``Run`` matches every numeric param clause."""
-        return self.kept([run])[0]
+        """True when the run matches every numeric param clause."""
+        return all(clause.matches(run.data.params) for clause in self.numeric)
 
     def combined_with(self, clause: str) -> str:
         """The string for MLflow: ``clause`` (the stage) and the user's MLflow part."""

@@ -1,4 +1,4 @@
-"""Which runs ``recipes compare`` lists: the store, the experiments, and one ``mlflow.search_runs`` per experiment.
+"""Which runs ``recipes compare`` lists: the store, the experiments, and one search per experiment.
 
 A table lists the runs of one experiment and one stage (``--stage``, default ``fit``; ``all`` for every stage),
 that match ``--filter``, newest first, at most ``--max-runs`` of them; the others are counted so the command can
@@ -7,12 +7,9 @@ say how many it left out.
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from recipes.compare.errors import CompareError
-from recipes.compare.frame import present, with_none
 from recipes.compare.run_filter import RunFilter
 from recipes.tracking.database_urls import masked_url
 from recipes.tracking.sqlite_store import sqlite_database_path
@@ -20,8 +17,7 @@ from recipes.tracking.sqlite_store import sqlite_database_path
 STAGE_TAG = "loopwise.stage"
 FIT_RUN_TAG = "loopwise.fit_run_id"
 STAGES = ("fit", "validate", "test", "predict", "all")
-EVERY_RUN = 2**31 - 1  # max_results: every matching run (MLflow pages through them)
-TRACKING_URI_VARIABLE = "MLFLOW_TRACKING_URI"
+PAGE = 1000
 
 
 def check_sqlite(uri: str) -> None:
@@ -45,58 +41,45 @@ def find_experiments(client: Any, name: str | None) -> list[Any]:
     return sorted(client.search_experiments(), key=lambda e: (e.creation_time or 0, e.name))
 
 
-def run_stages(frame: Any) -> list[str]:
-    """The command that made each run (tag ``loopwise.stage``), or ``?`` for a run made elsewhere."""
-    column = f"tags.{STAGE_TAG}"
-    return [value if present(value) else "?" for value in frame[column]] if column in frame else ["?"] * len(frame)
-
-
-@contextmanager
-def tracking_uri(uri: str) -> Iterator[None]:
-    """MLflow's global tracking URI set to ``uri`` for the block (``mlflow.search_runs`` reads it), then as it was."""
-    import mlflow  # noqa: PLC0415
-
-    environment = os.environ.get(TRACKING_URI_VARIABLE)
-    before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(None if before == environment else before)  # None: the variable decides, as before
-        if environment is None:
-            os.environ.pop(TRACKING_URI_VARIABLE, None)
-        else:
-            os.environ[TRACKING_URI_VARIABLE] = environment
+def run_stage(run: Any) -> str:
+    """The command that made the run (tag ``loopwise.stage``), or ``?`` for a run made elsewhere."""
+    return run.data.tags.get(STAGE_TAG, "?")
 
 
 def search_runs(client: Any, experiment_id: str, stage: str, run_filter: RunFilter, max_runs: int) -> tuple[
-    Any, int
+    list[Any], int
 ]:
-    """The newest ``max_runs`` runs of the experiment matching the stage and the filter (``mlflow.search_runs``'
-    DataFrame, newest first), and how many more match.
+    """The newest ``max_runs`` runs of the experiment matching the stage and the filter, and how many more match.
 
-    One search returns every matching run, so the ones past ``max_runs`` are counted. A filter MLflow refuses is a
-    ``CompareError`` naming it, with MLflow's reason.
+    A filter MLflow refuses is a ``CompareError`` naming it, with MLflow's reason.
     """
-    import mlflow  # noqa: PLC0415
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
 
     stage_clause = "" if stage == "all" else f"tags.`{STAGE_TAG}` = '{stage}'"
-    try:
-        with tracking_uri(client.tracking_uri):
-            frame = mlflow.search_runs(experiment_ids=[experiment_id],
-                                       filter_string=run_filter.combined_with(stage_clause),
-                                       order_by=["attributes.start_time DESC"], max_results=EVERY_RUN,
-                                       output_format="pandas")
-    except MlflowException as err:
-        if run_filter.text and err.error_code == "INVALID_PARAMETER_VALUE":
-            reason = (str(err.message).strip().splitlines() or ["refused"])[0][:300]
-            raise CompareError(f"--filter {run_filter.text!r} is not a valid MLflow search filter: {reason}") from None
-        raise
-    frame = with_none(frame)
-    frame = frame.iloc[[i for i, keep in enumerate(run_filter.kept(frame)) if keep]]
-    return frame.head(max_runs).reset_index(drop=True), max(len(frame) - max_runs, 0)
+    filter_string = run_filter.combined_with(stage_clause)
+    runs: list[Any] = []
+    left_out, token = 0, None
+    while True:
+        size = max_runs if not run_filter.numeric and token is None else PAGE
+        try:
+            page = client.search_runs([experiment_id], filter_string=filter_string, max_results=size,
+                                      order_by=["attributes.start_time DESC"], page_token=token)
+        except MlflowException as err:
+            if run_filter.text and err.error_code == "INVALID_PARAMETER_VALUE":
+                reason = (str(err.message).strip().splitlines() or ["refused"])[0][:300]
+                message = f"--filter {run_filter.text!r} is not a valid MLflow search filter: {reason}"
+                raise CompareError(message) from None
+            raise
+        for run in page:
+            if not run_filter.keeps(run):
+                continue
+            if len(runs) < max_runs:
+                runs.append(run)
+            else:
+                left_out += 1
+        token = page.token
+        if not token:
+            return runs, left_out
 
 
-__all__ = ["FIT_RUN_TAG", "STAGES", "STAGE_TAG", "check_sqlite", "find_experiments", "run_stages", "search_runs",
-           "tracking_uri"]
+__all__ = ["FIT_RUN_TAG", "STAGES", "STAGE_TAG", "check_sqlite", "find_experiments", "run_stage", "search_runs"]

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from recipes.compare.errors import CompareError
-from recipes.compare.frame import params_of
 from recipes.compare.labels import short_names
-from recipes.compare.metric import LoggedMetrics, lower_is_better
+from recipes.compare.metric import lower_is_better
 
 COLUMNS = {"best": "best", "last": "last", "start": "start", "duration": "duration (s)", "epoch": "best epoch",
            "status": "status", "stage": "stage", "run": "run", "data": "data"}
@@ -32,9 +31,9 @@ def parse_sort(spec: str) -> tuple[str, bool | None]:
     return key, {"": None, "asc": False, "desc": True}[direction]
 
 
-def resolve_param(name: str, frame: Any) -> str:
+def resolve_param(name: str, runs: list[Any]) -> str:
     """The full param name ``name`` stands for (itself, or the one param whose short name it is)."""
-    keys = sorted(params_of(frame))
+    keys = sorted(set().union(*(r.data.params.keys() for r in runs))) if runs else []
     if name in keys:
         return name
     shorts = short_names(keys)
@@ -53,17 +52,15 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def sort_values(key: str, rows: list[dict[str, Any]], frame: Any, metric: str, logged: LoggedMetrics) -> tuple[
-    list[Any], bool
-]:
-    """The value each row is sorted by (the run's in ``frame``, ``mlflow.search_runs``' DataFrame), and whether the key
-    sorts descending by default."""
+def sort_values(key: str, rows: list[dict[str, Any]], runs: list[Any], metric: str) -> tuple[list[Any], bool]:
+    """The value each row is sorted by, and whether the key sorts descending by default."""
     if key.startswith("params."):
-        full = resolve_param(key[len("params."):], frame)
-        return list(params_of(frame)[full]), False
+        full = resolve_param(key[len("params."):], runs)
+        values: list[Any] = [run.data.params.get(full) for run in runs]
+        return values, False
     if key.startswith("metrics."):
         name = key[len("metrics."):]
-        return [logged.value(run_id, name) for run_id in frame["run_id"]], not lower_is_better(name)
+        return [run.data.metrics.get(name) for run in runs], not lower_is_better(name)
     values = [row[COLUMNS[key]] for row in rows]
     if key in ("best", "last"):
         return values, not lower_is_better(metric)
@@ -79,14 +76,12 @@ def sorted_order(values: list[Any], descending: bool) -> list[int]:
     return sorted(present, key=key, reverse=descending) + missing  # reverse=True keeps ties in order
 
 
-def sort_table(rows: list[dict[str, Any]], frame: Any, spec: str | None, metric: str, logged: LoggedMetrics) -> list[
-    int
-]:
+def sort_table(rows: list[dict[str, Any]], runs: list[Any], spec: str | None, metric: str) -> list[int]:
     """The order of the rows for ``--sort spec`` (the listing's own order without one)."""
     if not spec:
         return list(range(len(rows)))
     key, descending = parse_sort(spec)
-    values, default_descending = sort_values(key, rows, frame, metric, logged)
+    values, default_descending = sort_values(key, rows, runs, metric)
     return sorted_order(values, default_descending if descending is None else descending)
 
 

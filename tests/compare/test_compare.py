@@ -347,28 +347,6 @@ def test_a_server_that_does_not_answer_is_one_short_line_naming_the_reason_and_t
     assert "HTTPConnectionPool" not in line and "Max retries" not in line
 
 
-@pytest.mark.parametrize("caller", ["none", "set_tracking_uri", "MLFLOW_TRACKING_URI"])
-def test_compare_leaves_mlflows_tracking_uri_as_the_caller_had_it(store, capsys, monkeypatch, workdir, caller):
-    """The runs come from ``mlflow.search_runs``, which reads MLflow's global tracking URI: compare sets it to the
-    store it reads for the search and puts back the caller's (a notebook's) URI and environment."""
-    import os
-
-    import mlflow
-
-    store.run("e", {"lr": 0.1}, {"val/loss": curve([0.5])})
-    other = f"sqlite:///{workdir / 'other.db'}"
-    if caller == "MLFLOW_TRACKING_URI":
-        monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
-    elif caller == "set_tracking_uri":
-        mlflow.set_tracking_uri(other)
-    try:
-        before = (mlflow.is_tracking_uri_set(), mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI"))
-        code, out, err = store.compare(capsys)
-        assert code == 0 and "lr" not in out and "e: 1 fit run" in out, err
-        assert (mlflow.is_tracking_uri_set(), mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")) == before
-    finally:
-        mlflow.set_tracking_uri(None)
-
 def test_sweep_trials_still_compare(store, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     parent = store.run("e", {"sweep.metric": "val/acc", "sweep.direction": "maximize"}, stage="sweep",
