@@ -39,9 +39,9 @@ from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules import ClassificationModule
-from lightning_modules.initial_weights import InitialWeights
+from lightning_modules.fine_tuning.initial_weights import InitialWeights
 from lightning_modules.models import ConvNet
-from lightning_modules.optim import WarmupCosine
+from lightning_modules.optim.schedules import WarmupCosine
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fine_tuning.txt"
 WIDTHS = [32, 64]

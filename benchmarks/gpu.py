@@ -118,8 +118,9 @@ def run_raw(setting: str, size: dict[str, Any], device_name: str) -> list[tuple[
     import torch.nn.functional as F
 
     from lightning_modules.models import ConvNet
-    from lightning_modules.optim import WarmupCosine, param_groups
-    from lightning_modules.optimizer_kernels import fused_where_supported
+    from lightning_modules.optim.optimizer_kernels import fused_where_supported
+    from lightning_modules.optim.parameter_groups import param_groups
+    from lightning_modules.optim.schedules import WarmupCosine
 
     device = torch.device(device_name)
     cuda = device.type == "cuda"
@@ -219,8 +220,9 @@ class BareModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         import torch
 
-        from lightning_modules.optim import WarmupCosine, param_groups
-        from lightning_modules.optimizer_kernels import fused_where_supported
+        from lightning_modules.optim.optimizer_kernels import fused_where_supported
+        from lightning_modules.optim.parameter_groups import param_groups
+        from lightning_modules.optim.schedules import WarmupCosine
 
         optimizer = fused_where_supported(torch.optim.AdamW(param_groups(self.model), lr=0.002, weight_decay=0.05))
         schedule = WarmupCosine(warmup_fraction=0.05).build(optimizer, self.total_steps, "", "min")

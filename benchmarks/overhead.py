@@ -149,8 +149,9 @@ def build(work: Workload, steps_per_epoch: int, epochs: int, fused: bool = False
     import torch
 
     from lightning_modules.models import MLP
-    from lightning_modules.optim import WarmupCosine, param_groups
-    from lightning_modules.optimizer_kernels import fused_where_supported
+    from lightning_modules.optim.optimizer_kernels import fused_where_supported
+    from lightning_modules.optim.parameter_groups import param_groups
+    from lightning_modules.optim.schedules import WarmupCosine
 
     torch.manual_seed(0)
     model = MLP(work.in_features, work.classes, work.hidden)

@@ -47,9 +47,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
-from lightning_modules.fine_tuning import FineTuning
-from lightning_modules.initial_weights import WeightsReport
-from lightning_modules.optim import Schedule
+from lightning_modules.fine_tuning.initial_weights import WeightsReport
+from lightning_modules.fine_tuning.settings import FineTuning
+from lightning_modules.optim.schedules import Schedule
 
 DEFAULT_MONITOR = "val/loss"
 DEFAULT_MONITOR_MODE: Literal["min", "max"] = "min"

@@ -21,18 +21,19 @@ from torchmetrics import MetricCollection
 
 from lightning_modules.batches import to_channels_last
 from lightning_modules.compat import is_compiled_in_place
-from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
-from lightning_modules.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
-from lightning_modules.evaluation_loss import MeanLoss
-from lightning_modules.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way, clips_under_a_grad_scaler
-from lightning_modules.fine_tuning import FineTuning
-from lightning_modules.initial_weights import InitialWeightsSpec, WeightsReport
+from lightning_modules.fine_tuning.initial_weights import InitialWeightsSpec, WeightsReport
+from lightning_modules.fine_tuning.settings import FineTuning
 from lightning_modules.kept_signature import kept_signature
-from lightning_modules.optim import Constant, Plateau, Schedule, apply_lr_factors, total_optimizer_steps
-from lightning_modules.optimizer_kernels import fused_where_supported, keep_kernel_on_load
-from lightning_modules.plateau_step import PlateauStep, plateau_step_taken
+from lightning_modules.metrics.deferred_metric_updates import DeferredMetricUpdates
+from lightning_modules.metrics.epoch_metric_state import TRAIN_METRIC_STATE, epoch_metric_state, restore_epoch_metric_state, start_train_epoch
+from lightning_modules.metrics.evaluation_loss import MeanLoss
+from lightning_modules.metrics.stage_metrics import stage_metrics
+from lightning_modules.optim.gradient_clipping import clip_by_norm_measured, clips_by_norm_the_default_way, clips_under_a_grad_scaler
+from lightning_modules.optim.optimizer_kernels import fused_where_supported, keep_kernel_on_load
+from lightning_modules.optim.parameter_groups import apply_lr_factors
+from lightning_modules.optim.plateau_step import PlateauStep, plateau_step_taken
+from lightning_modules.optim.schedules import Constant, Plateau, Schedule, total_optimizer_steps
 from lightning_modules.read_steps import is_last_evaluation_batch, train_metrics_read_now
-from lightning_modules.stage_metrics import stage_metrics
 from lightning_modules.step_output import StepOutput, initial_loss_wording
 
 STAGES = ("train", "val", "test")

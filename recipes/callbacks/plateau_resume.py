@@ -1,11 +1,11 @@
 """The ReduceLROnPlateau step missing from epoch-end checkpoints written before the task took that step itself.
 
 Lightning steps plateau schedulers at the very end of an epoch (``FitLoop.on_advance_end``), after validation, so a
-checkpoint written after validation held the scheduler *before* that epoch's step, and a run resumed from it never
-took that step. ``Task`` now takes the step when the epoch's validation ends, before its checkpoints are written
-(``lightning_modules/plateau_step.py``), so a new checkpoint already holds it. ``PlateauStepOnResume`` still keeps the
-monitored values in every checkpoint and, when a run resumes from a checkpoint whose scheduler is behind the epochs it
-counts as finished (one written before that change, or by a task that leaves the step to Lightning), takes the
+checkpoint written after validation held the scheduler *before* that epoch's step, and a run resumed from it never took
+that step. ``Task`` now takes the step when the epoch's validation ends, before its checkpoints are written
+(``lightning_modules/optim/plateau_step.py``), so a new checkpoint already holds it. ``PlateauStepOnResume`` still keeps
+the monitored values in every checkpoint and, when a run resumes from a checkpoint whose scheduler is behind the epochs
+it counts as finished (one written before that change, or by a task that leaves the step to Lightning), takes the
 missing step with the stored value. A scheduler that is not behind is left alone, so no step is ever taken twice.
 """
 
@@ -17,8 +17,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from lightning_modules.optim.plateau_step import plateau_steps_due
 from lightning_modules.read_steps import epoch_batches_done
-from lightning_modules.plateau_step import plateau_steps_due
 
 
 def _epoch_end_pending(trainer: pl.Trainer) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lightning_modules.fine_tuning import TRACKED_REFERENCE_PREFIXES
+from lightning_modules.fine_tuning.settings import TRACKED_REFERENCE_PREFIXES
 from lightning_modules.recipe_contract import LoadsInitialWeights, fine_tuning_of
 from recipes.checkpoints.locations import resolve_checkpoint
 

@@ -1,6 +1,7 @@
 """Fast checks of what a mid-epoch checkpoint carries besides weights: the partial epoch's train metric state
-(``lightning_modules/epoch_metric_state.py``) and the plateau step (``lightning_modules/plateau_step.py``, and
-``recipes/callbacks/plateau_resume.py`` for checkpoints written before it). End-to-end runs: tests/checkpoints/test_exact_resume_tabular.py.
+(``lightning_modules/metrics/epoch_metric_state.py``) and the plateau step
+(``lightning_modules/optim/plateau_step.py``, and ``recipes/callbacks/plateau_resume.py`` for checkpoints written before
+it). End-to-end runs: tests/checkpoints/test_exact_resume_tabular.py.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
-from lightning_modules.epoch_metric_state import epoch_metric_state, restore_epoch_metric_state
-from lightning_modules.plateau_step import plateau_step_taken, plateau_steps_due
+from lightning_modules.metrics.deferred_metric_updates import DeferredMetricUpdates
+from lightning_modules.metrics.epoch_metric_state import epoch_metric_state, restore_epoch_metric_state
+from lightning_modules.optim.plateau_step import plateau_step_taken, plateau_steps_due
 from recipes.callbacks.plateau_resume import PlateauStepOnResume
 
 

@@ -19,7 +19,7 @@ from datamodules import SpiralDataModule, TextClassificationDataModule
 from datamodules.evaluation_sampling import EvaluationShardSampler, evaluation_shard
 from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
 from lightning_modules import ClassificationModule, LanguageModelModule
-from lightning_modules.evaluation_loss import MeanLoss
+from lightning_modules.metrics.evaluation_loss import MeanLoss
 from tests.conftest import REPO
 
 

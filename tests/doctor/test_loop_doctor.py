@@ -16,7 +16,7 @@ from datamodules import SpiralDataModule
 from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
-from lightning_modules.optim import Plateau
+from lightning_modules.optim.schedules import Plateau
 from recipes.callbacks import LoopDoctor, LoopDoctorWarning, NonFiniteError, ScheduleError
 from recipes.callbacks.run_checkpoint import RunCheckpoint
 from recipes.loop_doctor import sample_hashes

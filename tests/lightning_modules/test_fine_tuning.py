@@ -14,9 +14,9 @@ from torch import nn
 
 from datamodules import SpiralDataModule
 from lightning_modules import ClassificationModule, LanguageModelModule
-from lightning_modules.initial_weights import InitialWeights
+from lightning_modules.fine_tuning.initial_weights import InitialWeights
 from lightning_modules.models import GPT, MLP
-from lightning_modules.optim import OneCycle, WarmupCosine
+from lightning_modules.optim.schedules import OneCycle, WarmupCosine
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

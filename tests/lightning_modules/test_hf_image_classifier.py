@@ -15,7 +15,7 @@ import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules import ClassificationModule
-from lightning_modules.learning_rates import block_stack
+from lightning_modules.fine_tuning.learning_rates import block_stack
 from lightning_modules.models import HFImageClassifier
 from recipes.cli import main
 from tests.hf_image_models import PRETRAINING_CLASSES, build_tiny_vit, digits_folder, local_hf_image_models

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from lightning_modules import ClassificationModule
-from lightning_modules.initial_weights import InitialWeights
+from lightning_modules.fine_tuning.initial_weights import InitialWeights
 from lightning_modules.models import MLP
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -19,7 +19,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from datamodules import SpiralDataModule
 from lightning_modules import ClassificationModule
-from lightning_modules.initial_weights import InitialWeights
+from lightning_modules.fine_tuning.initial_weights import InitialWeights
 from lightning_modules.models import MLP
 from recipes.cli import main
 from tests.conftest import SPIRAL, runs_of

@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules import ClassificationModule
+from lightning_modules.metrics.native_bincount import native_bincount
 from lightning_modules.models import MLP
-from lightning_modules.native_bincount import native_bincount
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from datamodules.spiral import SpiralDataModule
 from lightning_modules.classification import ClassificationModule
 from lightning_modules.models.mlp import MLP
-from lightning_modules.optim import Constant, OneCycle, Plateau, WarmupCosine, param_groups
+from lightning_modules.optim.parameter_groups import param_groups
+from lightning_modules.optim.schedules import Constant, OneCycle, Plateau, WarmupCosine
 
 BASE_LR = 0.05
 
@@ -590,8 +591,8 @@ def test_fused_where_supported_rebuilds_faithfully_and_keeps_an_explicit_choice(
     import torch
 
     from lightning_modules.models import MLP
-    from lightning_modules.optim import param_groups
-    from lightning_modules.optimizer_kernels import fused_where_supported
+    from lightning_modules.optim.optimizer_kernels import fused_where_supported
+    from lightning_modules.optim.parameter_groups import param_groups
 
     torch.manual_seed(0)
     net = MLP(4, 3)

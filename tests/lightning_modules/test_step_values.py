@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules import ClassificationModule, LanguageModelModule, RegressionModule
-from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
+from lightning_modules.metrics.deferred_metric_updates import DeferredMetricUpdates
 from lightning_modules.models import MLP
 
 pytestmark = pytest.mark.usefixtures("one_thread")

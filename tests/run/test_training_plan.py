@@ -9,7 +9,7 @@ import recipes.callbacks.training_plan as training_plan
 from datamodules import SpiralDataModule
 from lightning_modules import ClassificationModule
 from lightning_modules.models import MLP
-from lightning_modules.optim import WarmupCosine
+from lightning_modules.optim.schedules import WarmupCosine
 from recipes.callbacks import TrainingPlan, TrainingPlanWarning, plan_training
 from recipes.tracking.logger import RecipeLogger
 

@@ -24,7 +24,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from lightning_modules.compat import BATCH_AND_INSTANCE_NORM
-from lightning_modules.initial_weights import matches
+from lightning_modules.fine_tuning.initial_weights import matches
 
 NORMS: tuple[type[nn.Module], ...] = (BATCH_AND_INSTANCE_NORM, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torchmetrics import MetricCollection
 
-from lightning_modules.deferred_metric_updates import DeferredMetricUpdates
+from lightning_modules.metrics.deferred_metric_updates import DeferredMetricUpdates
 
 #: the checkpoint key of the training metrics' state
 TRAIN_METRIC_STATE = "loopwise_train_metric_state"

@@ -14,11 +14,11 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from lightning_modules.freezing import FreezeSchedule
-from lightning_modules.initial_weights import InitialWeights, WeightsReport, load_initial_weights
-from lightning_modules.learning_rates import LearningRateParts
-from lightning_modules.optim import param_groups
-from lightning_modules.part_names import resolve_keys, resolve_patterns
+from lightning_modules.fine_tuning.freezing import FreezeSchedule
+from lightning_modules.fine_tuning.initial_weights import InitialWeights, WeightsReport, load_initial_weights
+from lightning_modules.fine_tuning.learning_rates import LearningRateParts
+from lightning_modules.fine_tuning.part_names import resolve_keys, resolve_patterns
+from lightning_modules.optim.parameter_groups import param_groups
 
 #: ``init_from`` references that only ``recipes`` can turn into a file (an MLflow run's checkpoint)
 TRACKED_REFERENCE_PREFIXES = ("mlflow:", "run:")
@@ -56,7 +56,7 @@ class FineTuning:
     ) -> None:
         self.network = network
         self.initial_weights = InitialWeights.of(init_from)
-        # "backbone", "head": the network's own names for its parts (lightning_modules.part_names)
+        # "backbone", "head": the network's own names for its parts (lightning_modules.fine_tuning.part_names)
         freeze = resolve_patterns(network, freeze)
         if isinstance(unfreeze_at_epoch, Mapping):
             unfreeze_at_epoch = resolve_keys(network, unfreeze_at_epoch)

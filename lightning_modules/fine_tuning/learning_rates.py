@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from torch import nn
 
-from lightning_modules.initial_weights import matches
+from lightning_modules.fine_tuning.initial_weights import matches
 
 
 def label_of(pattern: str) -> str:

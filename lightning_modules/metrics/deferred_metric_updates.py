@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lightning_modules.native_bincount import native_bincount
+from lightning_modules.metrics.native_bincount import native_bincount
 
 
 class DeferredMetricUpdates:
