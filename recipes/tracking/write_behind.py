@@ -31,7 +31,6 @@ import functools
 import os
 import re
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -78,9 +77,6 @@ class WriteBehind:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._closed = False
-
-    def __len__(self) -> int:
-        return len(self.entries) + len(self.tags)
 
     # --- the training thread (and the upload thread, for tags) ---------------------------------------------------
     def add(self, values: dict[str, Any], step: int | None, timestamp: int) -> None:
@@ -155,14 +151,10 @@ class WriteBehind:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._closed:
+        while not self._closed:  # each write starts a full hold later, however slow the store: no busy loop
             self._wake.wait(self.hold_seconds)
-            if self._closed:
-                return
-            started = time.monotonic()
-            self.send()
-            if time.monotonic() - started > self.hold_seconds:  # a slow store: no busy loop of back-to-back writes
-                self._wake.wait(self.hold_seconds)
+            if not self._closed:
+                self.send()
 
 
 __all__ = ["BATCH_LIMIT", "HOLD_SECONDS", "INVALID_NAME", "WriteBehind"]
