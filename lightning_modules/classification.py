@@ -13,6 +13,7 @@ from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.kept_signature import kept_signature
 from lightning_modules.losses import ClassificationLoss, warn_if_old_loss_method
+from lightning_modules.member_outputs import mean_probability_logits, member_rows
 from lightning_modules.task import StepOutput, Task
 
 
@@ -47,6 +48,13 @@ class ClassificationModule(Task):
     different smoothing compare. Metrics: accuracy and macro F1 per stage (``val/acc``, ``val/f1``), AUROC on
     val/test (``val/auroc``), and the confusion matrix of the last val/test epoch in ``last_confusion_matrix``
     (multiclass and binary).
+
+    A network may return k ensemble members' logits, ``(batch, k, num_classes)`` (binary: ``(batch, k, 1)``), as
+    ``lightning_modules.models.TabM`` does: in training mode every member learns from the batch (the training loss
+    is the mean of the members' losses, with the class weights and label smoothing); everything else uses the
+    ensemble, the members' mean probability (softmax for multiclass, sigmoid for binary and multilabel), whose
+    logits (log of the mean probability; logit of it for sigmoid tasks) give ``val/loss`` (the ensemble's log loss),
+    the metrics and ``predict_step``.
 
     The training loss is ``self.loss``, a ``ClassificationLoss`` built from these arguments (called with the
     task's ``class_weights``); a subclass may set its own ``nn.Module`` instead (``self.loss =
@@ -168,16 +176,24 @@ class ClassificationModule(Task):
             return self.loss(logits, targets, smoothing=False)
         return self.loss(logits, targets)
 
-    def logits(self, inputs: Any) -> Tensor:
-        """Network output, checked against the expected width; binary logits are squeezed to ``(batch,)``."""
+    def network_logits(self, inputs: Any) -> tuple[Tensor, bool]:
+        """The network's output checked against the expected width (binary logits squeezed), and whether it holds
+        k ensemble members' logits: ``(batch, k, width)`` (binary: ``(batch, k)``) instead of ``(batch, width)``."""
         logits = self.run_model(inputs)
+        members = logits.ndim == 3
         check_output_shape(
             logits,
-            ("batch", self.out_features),
+            ("batch", "k", self.out_features) if members else ("batch", self.out_features),
             f"ClassificationModule(task={self.task!r}, num_classes={self.num_classes})",
             ": check the network's output width",
         )
-        return logits.squeeze(-1) if self.task == "binary" else logits
+        return (logits.squeeze(-1) if self.task == "binary" else logits), members
+
+    def logits(self, inputs: Any) -> Tensor:
+        """Network output, checked against the expected width; binary logits are squeezed to ``(batch,)``. A
+        network's k members' logits become the logits of their mean probability (``mean_probability_logits``)."""
+        logits, members = self.network_logits(inputs)
+        return mean_probability_logits(logits, self.task == "multiclass") if members else logits
 
     def probabilities(self, logits: Tensor) -> Tensor:
         """Softmax over classes (multiclass) or per-output sigmoid (binary, multilabel)."""
@@ -187,7 +203,8 @@ class ClassificationModule(Task):
         inputs, targets = split_batch(batch)
         if targets is None:
             raise ValueError("ClassificationModule: training and evaluation batches need labels")
-        logits = self.logits(inputs)
+        member_logits, members = self.network_logits(inputs)
+        logits = mean_probability_logits(member_logits, self.task == "multiclass") if members else member_logits
         if self.task != "multilabel" and targets.ndim == 2 and targets.shape != logits.shape:
             raise ValueError(
                 f"ClassificationModule(task={self.task!r}) got soft targets of shape {tuple(targets.shape)}: they "
@@ -203,7 +220,11 @@ class ClassificationModule(Task):
         if self.weighted_classes and self.task == "multiclass":
             weight = (targets * self.class_weights).sum() if targets.is_floating_point() else self.class_weights[
                 targets].sum()
-        return StepOutput(self.compute_loss(logits, targets), logits.detach(), targets, batch_length(inputs), weight)
+        if members and self.training:  # every member learns from the batch: the mean of the members' losses
+            loss = self.compute_loss(*member_rows(member_logits, targets))
+        else:
+            loss = self.compute_loss(logits, targets)
+        return StepOutput(loss, logits.detach(), targets, batch_length(inputs), weight)
 
     def evaluation_loss(self, out: StepOutput) -> Tensor:
         """The val/test loss: the batch's loss without label smoothing (recomputed from its logits only when the

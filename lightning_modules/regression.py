@@ -13,6 +13,7 @@ from lightning_modules.batches import batch_length, split_batch
 from lightning_modules.data_checks import check_data_size, check_output_shape
 from lightning_modules.kept_signature import kept_signature
 from lightning_modules.losses import regression_loss, warn_if_old_loss_method
+from lightning_modules.member_outputs import mean_prediction, member_rows
 from lightning_modules.task import StepOutput, Task
 
 
@@ -25,6 +26,12 @@ class RegressionModule(Task):
 
     The training loss is ``self.loss``, torch's loss module for ``loss`` (``nn.MSELoss``, ``nn.HuberLoss``,
     ``nn.L1Loss``), called on the (standardized) predictions and targets; a subclass may set its own ``nn.Module``.
+
+    A network may return k ensemble members' predictions, ``(batch, k, out_features)``, as
+    ``lightning_modules.models.TabM`` does: in training mode every member learns from the batch (the training loss
+    is the mean of the members' losses, on standardized targets when ``standardize_targets``); everything else
+    (``val/loss``, the metrics, ``predict_step``) uses the ensemble, the members' mean prediction in the original
+    units.
 
     The other arguments (``optimizer``, ``schedule``, ``monitor``, ``monitor_mode``, ``compile``, ``channels_last``)
     are ``Task``'s, passed on through ``**kwargs``; ``monitor`` defaults to ``val/loss``.
@@ -123,16 +130,28 @@ class RegressionModule(Task):
         self.target_std.copy_(torch.where(std > 0, std, torch.ones_like(std)).float())
         self.target_stats_fitted.fill_(True)
 
-    def predictions(self, inputs: Any) -> Tensor:
-        """Network output in the original target units, shaped like the targets: ``(batch,)`` for one target."""
+    def network_predictions(self, inputs: Any) -> tuple[Tensor, bool]:
+        """The network's output in the original target units, checked against ``out_features`` and squeezed for one
+        target, and whether it holds k ensemble members' predictions: ``(batch, k, out_features)`` (one target:
+        ``(batch, k)``) instead of ``(batch, out_features)``."""
         raw = self.run_model(inputs)
         if raw.ndim == 1:
             raw = raw.unsqueeze(-1)
+        members = raw.ndim == 3
         check_output_shape(
-            raw, ("batch", self.out_features), f"RegressionModule(out_features={self.out_features})", exact_ndim=False
+            raw,
+            ("batch", "k", self.out_features) if members else ("batch", self.out_features),
+            f"RegressionModule(out_features={self.out_features})",
+            exact_ndim=False,
         )
         raw = raw * self.target_std + self.target_mean
-        return raw.squeeze(-1) if self.out_features == 1 else raw
+        return (raw.squeeze(-1) if self.out_features == 1 else raw), members
+
+    def predictions(self, inputs: Any) -> Tensor:
+        """Network output in the original target units, shaped like the targets: ``(batch,)`` for one target. A
+        network's k members' predictions become their mean."""
+        preds, members = self.network_predictions(inputs)
+        return mean_prediction(preds) if members else preds
 
     def compute_loss(self, predictions: Tensor, targets: Tensor) -> Tensor:
         """``self.loss`` of a batch, on standardized values when ``standardize_targets`` (a subclass's ``loss()``
@@ -150,13 +169,18 @@ class RegressionModule(Task):
         targets = targets.float()
         if self.out_features == 1 and targets.ndim == 2 and targets.shape[1] == 1:
             targets = targets.squeeze(1)
-        preds = self.predictions(inputs)
+        member_preds, members = self.network_predictions(inputs)
+        preds = mean_prediction(member_preds) if members else member_preds
         if preds.shape != targets.shape:
             raise ValueError(
                 f"RegressionModule: predictions of shape {tuple(preds.shape)} do not match targets of shape "
                 f"{tuple(targets.shape)}"
             )
-        return StepOutput(self.compute_loss(preds, targets), preds.detach(), targets, batch_length(inputs))
+        if members and self.training:  # every member learns from the batch: the mean of the members' losses
+            loss = self.compute_loss(*member_rows(member_preds, targets))
+        else:
+            loss = self.compute_loss(preds, targets)
+        return StepOutput(loss, preds.detach(), targets, batch_length(inputs))
 
     def prediction_columns(self, outputs: Tensor, datamodule: Any = None) -> dict[str, list[Any]]:
         """``prediction`` in the original target units (``prediction_0..k`` for several targets)."""
