@@ -1,7 +1,9 @@
-"""The encoding of a table's rows for a network: standardized numeric columns, one-hot categorical columns, class ids.
+"""The encoding of a table's rows for a network: scaled numeric columns (missing values imputed, with indicators),
+one-hot categorical columns, class ids.
 
-``ColumnEncoder`` is a plain class (pandas in, tensors out, no Lightning): ``fit`` learns the numeric statistics and
-the categorical vocabularies from the rows it is given (the train split), ``transform`` encodes any rows with them,
+``ColumnEncoder`` is a plain class (pandas in, tensors out, no Lightning): ``fit`` learns the numeric statistics, the
+fill values and the categorical vocabularies from the rows it is given (the train split), ``transform`` encodes any
+rows with them,
 ``targets`` turns the target column into class ids or regression targets, and ``state_dict``/``load_state_dict``
 carry all of it in plain lists, so a restored encoder encodes every table exactly as the fitted one did.
 ``TabularDataModule`` delegates its encoding to it.
@@ -18,12 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from datamodules.numeric_scaling import SCALINGS, NumericScaler, ScalingKind, fit_scaler
+from datamodules.numeric_scaling import QuantileScaler, RobustScaler
 from datamodules.preprocessing import Standardizer
 
 if TYPE_CHECKING:  # pandas is imported when a table is encoded, not at start-up
     import pandas as pd
 
 UNKNOWN = "<unknown>"
+#: The slot of a missing value: a categorical block's position 1, and a numeric column's indicator (``missing:
+#: impute``), named ``column=<missing>``.
+MISSING_SLOT = "<missing>"
+#: How missing values are treated (``missing`` of ``ColumnEncoder`` and ``TabularDataModule``).
+MissingMode = Literal["impute", "error"]
+MISSING_MODES: tuple[str, ...] = ("impute", "error")
 
 
 def category_name(value: Any) -> str:
@@ -70,10 +80,21 @@ def boolean_rows(column: "pd.Series") -> np.ndarray:
 class ColumnEncoder:
     """Encodes the rows of a table (a pandas DataFrame) as one float32 vector each, and its target column.
 
-    A row becomes its numeric columns, standardized with the mean and (population) std of the rows ``fit`` saw,
-    followed by one one-hot block per categorical column: position 0 (``"column=<unknown>"``) stands for values
-    ``fit`` did not see and for missing values, the values ``fit`` saw follow in sorted order of their string form
-    (integral numbers are written without ``.0``). The width is ``in_features``, the names ``feature_names``.
+    A row becomes its numeric columns, scaled (``scaling``) with statistics of the observed values of the rows
+    ``fit`` saw (the first ``numeric_features`` positions), then, with ``missing="impute"``, one missing-indicator
+    per numeric column that had a missing value in those rows (``"column=<missing>"``: 1.0 where the value was
+    missing), then one one-hot block per categorical column: position 0 (``"column=<unknown>"``) stands for values
+    ``fit`` did not see, position 1 (``"column=<missing>"``, ``missing="impute"`` only) for missing values, and the
+    values ``fit`` saw follow in sorted order of their string form (integral numbers are written without ``.0``).
+    The width is ``in_features``, the names ``feature_names``.
+
+    Missing values (NaN, None, an empty CSV field): with ``missing="impute"`` a missing number is replaced by the
+    median of that column's observed values in the rows ``fit`` saw, also in a column that had none there (which has
+    no indicator: the width is fixed by ``fit``), like scikit-learn's ``SimpleImputer(strategy="median",
+    add_indicator=True)``; a missing category takes the ``<missing>`` slot. With ``missing="error"`` (the encoding
+    before missing values were taken, and that of a saved encoding without ``missing``) a missing number is an error
+    and a missing category takes the ``<unknown>`` slot. An infinite number is always an error, and so is a numeric
+    column with no observed value in the rows ``fit`` saw.
 
     Errors name the column, the row (counted from 0 in the frame given) and the value; each message starts with
     ``owner`` and calls the table ``source``.
@@ -86,6 +107,12 @@ class ColumnEncoder:
         owner: The name that starts every error and warning message.
         source: What the messages call the table (e.g. its file name, quoted).
         warn: Called with the text of each warning (``warnings.warn`` by default).
+        missing: "impute" (missing numbers take the fitted median, plus an indicator; missing categories their own
+            slot) or "error" (a missing number is an error, a missing category takes the ``<unknown>`` slot). A saved
+            encoding (``load_state_dict``) brings its own.
+        scaling: How numeric columns are scaled: "standard" (``(x - mean) / std``), "quantile" (to a normal through
+            the values' quantiles: ``QuantileScaler``) or "robust" (median and interquartile range, then smooth
+            clipping to +-3: ``RobustScaler``). A saved encoding brings its own.
     """
 
     def __init__(
@@ -97,7 +124,13 @@ class ColumnEncoder:
         owner: str = "ColumnEncoder",
         source: str = "the table",
         warn: Callable[[str], Any] = warnings.warn,
+        missing: MissingMode = "impute",
+        scaling: ScalingKind = "standard",
     ) -> None:
+        if missing not in MISSING_MODES:
+            raise ValueError(f"{owner}: missing must be one of {list(MISSING_MODES)}, got {missing!r}")
+        if scaling not in SCALINGS:
+            raise ValueError(f"{owner}: scaling must be one of {list(SCALINGS)}, got {scaling!r}")
         self.target = target
         self.task = task
         self.numeric_columns = list(numeric_columns)
@@ -107,7 +140,11 @@ class ColumnEncoder:
         self.warn = warn
         self.class_names: list[str] | None = None
         self.vocabularies: dict[str, list[str]] = {}
-        self.standardizer = Standardizer()
+        self.missing: str = missing
+        self.scaling: str = scaling
+        self.scaler: NumericScaler = Standardizer()
+        self.fill: list[float] = []  # per numeric column, the fitted median ("impute")
+        self.indicators: list[str] = []  # the numeric columns with a missing-indicator, in numeric column order
         self.fitted = False
 
     # --- description ----------------------------------------------------------------------------------------
@@ -117,24 +154,51 @@ class ColumnEncoder:
             raise RuntimeError(f"{self.owner}: the encoder is not fitted; call fit() or load_state_dict() first")
 
     @property
-    def in_features(self) -> int:
-        """Width of one encoded row: the numeric columns plus one block of (vocabulary + 1) per categorical column."""
+    def imputes(self) -> bool:
+        """Whether missing values are imputed (``missing="impute"``) rather than refused (numbers) or unknown."""
+        return self.missing == "impute"
+
+    @property
+    def block_offset(self) -> int:
+        """Position of a categorical block's first known value: after ``<unknown>`` (and ``<missing>``)."""
+        return 2 if self.imputes else 1
+
+    @property
+    def standardizer(self) -> Standardizer | None:
+        """The numeric columns' mean and std (``scaling="standard"``); ``None`` with another scaling."""
+        return self.scaler if isinstance(self.scaler, Standardizer) else None
+
+    @property
+    def numeric_features(self) -> int:
+        """The number of leading scaled numeric positions of an encoded row (missing-indicators not counted)."""
         self._require_fitted()
-        return len(self.numeric_columns) + sum(len(self.vocabularies[c]) + 1 for c in self.categorical_columns)
+        return len(self.numeric_columns)
+
+    @property
+    def in_features(self) -> int:
+        """Width of one encoded row: the numeric columns, their missing-indicators, and one block per categorical
+        column (its vocabulary plus ``<unknown>``, plus ``<missing>`` with ``missing="impute"``)."""
+        self._require_fitted()
+        blocks = sum(len(self.vocabularies[c]) + self.block_offset for c in self.categorical_columns)
+        return len(self.numeric_columns) + len(self.indicators) + blocks
 
     @property
     def feature_names(self) -> list[str]:
-        """Name of each position: numeric columns, then ``column=<unknown>`` and ``column=value`` entries."""
+        """Name of each position: numeric columns, ``column=<missing>`` indicators, then each categorical block's
+        ``column=<unknown>``, ``column=<missing>`` (``missing="impute"``) and ``column=value`` entries."""
         self._require_fitted()
-        names = list(self.numeric_columns)
+        names = list(self.numeric_columns) + [f"{column}={MISSING_SLOT}" for column in self.indicators]
         for column in self.categorical_columns:
             names.append(f"{column}={UNKNOWN}")
+            if self.imputes:
+                names.append(f"{column}={MISSING_SLOT}")
             names.extend(f"{column}={value}" for value in self.vocabularies[column])
         return names
 
     # --- reading columns ------------------------------------------------------------------------------------
     def numeric_values(self, frame: "pd.DataFrame") -> Tensor:
-        """The numeric columns as float64 ``(N, len(numeric_columns))``; errors for non-numbers, NaN and inf."""
+        """The numeric columns as float64 ``(N, len(numeric_columns))``, NaN where a value is missing (``missing=
+        "impute"``); errors for non-numbers, booleans and inf, and for a missing value with ``missing="error"``."""
         import pandas as pd
 
         columns = self.numeric_columns
@@ -161,14 +225,21 @@ class ColumnEncoder:
                     )
                 column = converted
             values = column.to_numpy(dtype=np.float64, na_value=np.nan)
-            bad = np.flatnonzero(~np.isfinite(values))
-            if len(bad):
-                row = int(bad[0])
-                kind = "a missing value (NaN)" if np.isnan(values[row]) else f"the value {values[row]}"
+            infinite = np.flatnonzero(np.isinf(values))
+            if len(infinite):
+                row = int(infinite[0])
                 raise ValueError(
-                    f"{self.owner}: numeric column {name!r} of {self.source} has {kind} at row {row} ({len(bad)} "
-                    "non-finite row(s)); fill or drop those rows, or add the column to categorical (missing "
-                    f"categories map to {UNKNOWN})"
+                    f"{self.owner}: numeric column {name!r} of {self.source} has the value {values[row]} at row {row} "
+                    f"({len(infinite)} infinite row(s)); replace or drop those rows (a numeric column takes finite "
+                    "numbers)"
+                )
+            missing = np.flatnonzero(np.isnan(values))
+            if len(missing) and not self.imputes:
+                row = int(missing[0])
+                raise ValueError(
+                    f"{self.owner}: numeric column {name!r} of {self.source} has a missing value (NaN) at row {row} "
+                    f"({len(missing)} missing row(s)), and missing is 'error'; fill or drop those rows, or set "
+                    "missing: impute (--data.init_args.missing impute) to fill them with the train median"
                 )
             out[:, j] = values
         return torch.from_numpy(out)
@@ -243,10 +314,23 @@ class ColumnEncoder:
 
     # --- fit and transform ----------------------------------------------------------------------------------
     def fit(self, frame: "pd.DataFrame") -> ColumnEncoder:
-        """Learn the numeric statistics and the categorical vocabularies from these rows (the train split only)."""
-        self.standardizer = Standardizer()
+        """Learn the numeric statistics, fill values and indicators, and the categorical vocabularies from these rows
+        (the train split only)."""
+        self.scaler, self.fill, self.indicators = Standardizer(), [], []
         if self.numeric_columns:
-            self.standardizer.fit(self.numeric_values(frame))
+            values = self.numeric_values(frame)
+            missing = torch.isnan(values)
+            empty = [name for j, name in enumerate(self.numeric_columns) if bool(missing[:, j].all())]
+            if empty:
+                raise ValueError(
+                    f"{self.owner}: numeric column {empty[0]!r} of {self.source} has no value in the {len(frame)} "
+                    f"rows the encoding is fitted on (the train split): every one is missing; leave it out of "
+                    "features, or fill it"
+                )
+            self.scaler = fit_scaler(self.scaling, values)
+            if self.imputes:
+                self.fill = [float(np.median(column[~np.isnan(column)])) for column in values.numpy().T]
+                self.indicators = [name for j, name in enumerate(self.numeric_columns) if bool(missing[:, j].any())]
         self.vocabularies = {}
         for name in self.categorical_columns:
             codes, levels = encode_names(frame[name])
@@ -274,21 +358,36 @@ class ColumnEncoder:
         self._require_fitted()
         parts = []
         if self.numeric_columns:
-            parts.append(self.standardizer.transform(self.numeric_values(frame)).float())
+            values = self.numeric_values(frame)
+            missing = torch.isnan(values)
+            if self.imputes:
+                values = torch.where(missing, torch.tensor(self.fill, dtype=torch.float64), values)
+            parts.append(self.scaler.transform(values).float())
+            if self.indicators:
+                position = {name: j for j, name in enumerate(self.numeric_columns)}
+                parts.append(missing[:, [position[name] for name in self.indicators]].float())
+        offset = self.block_offset
         for name in self.categorical_columns:
             codes, levels = encode_names(frame[name])
             vocabulary = self.vocabularies[name]
-            index = {value: i + 1 for i, value in enumerate(vocabulary)}
-            # level of these rows -> vocabulary id (0: unknown); the appended 0 serves code -1 (missing value)
-            table = torch.tensor([index.get(level, 0) for level in levels] + [0], dtype=torch.long)
-            parts.append(F.one_hot(table[torch.from_numpy(codes)], len(vocabulary) + 1).float())
+            index = {value: i + offset for i, value in enumerate(vocabulary)}
+            # level of these rows -> slot (0: unknown); the appended slot serves code -1 (missing: 1, or 0 with
+            # missing="error")
+            slots = [index.get(level, 0) for level in levels] + [1 if self.imputes else 0]
+            table = torch.tensor(slots, dtype=torch.long)
+            parts.append(F.one_hot(table[torch.from_numpy(codes)], len(vocabulary) + offset).float())
+        if not parts:
+            return torch.empty(len(frame), 0)
         return torch.cat(parts, dim=1)
 
     # --- state ----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Task, target, class names, columns, vocabularies and numeric statistics, in plain lists."""
+        """Task, target, class names, columns, vocabularies, numeric statistics, the missing-value mode, fill
+        values and indicator columns, and the scaling, in plain lists."""
         self._require_fitted()
-        mean, std = self.standardizer.mean, self.standardizer.std
+        standard = self.standardizer
+        mean, std = (None, None) if standard is None else (standard.mean, standard.std)
+        scaler = {} if standard is not None else self.scaler.state_dict()  # type: ignore[union-attr]
         return {
             "task": self.task,
             "target": self.target,
@@ -298,10 +397,18 @@ class ColumnEncoder:
             "vocabularies": {name: list(self.vocabularies[name]) for name in self.categorical_columns},
             "numeric_mean": [] if mean is None else mean.double().tolist(),
             "numeric_std": [] if std is None else std.double().tolist(),
+            "missing": self.missing,
+            "numeric_fill": list(self.fill),
+            "missing_indicators": list(self.indicators),
+            "scaling": self.scaling,
+            "numeric_scaler": scaler,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Use a saved encoding (what ``state_dict`` returned) from now on; its task and target must be this one's."""
+        """Use a saved encoding (what ``state_dict`` returned) from now on; its task and target must be this one's.
+
+        Its missing-value mode and scaling replace this encoder's. A saved encoding without them (written before
+        missing values were taken) encodes as it did: ``missing="error"``, ``scaling="standard"``."""
         for key in ("task", "target"):
             if state_dict[key] != getattr(self, key):
                 raise ValueError(
@@ -312,8 +419,19 @@ class ColumnEncoder:
         self.numeric_columns = list(state_dict["numeric_columns"])
         self.categorical_columns = list(state_dict["categorical_columns"])
         self.vocabularies = {name: list(values) for name, values in state_dict["vocabularies"].items()}
-        self.standardizer = Standardizer()
-        if self.numeric_columns:
-            self.standardizer.mean = torch.tensor(state_dict["numeric_mean"], dtype=torch.float64)
-            self.standardizer.std = torch.tensor(state_dict["numeric_std"], dtype=torch.float64)
+        self.missing = state_dict.get("missing", "error")
+        self.scaling = state_dict.get("scaling", "standard")
+        self.fill = [float(v) for v in state_dict.get("numeric_fill", [])]
+        self.indicators = list(state_dict.get("missing_indicators", []))
+        standard = Standardizer()
+        self.scaler = standard
+        if self.scaling == "quantile":
+            self.scaler = QuantileScaler()
+            self.scaler.load_state_dict(state_dict["numeric_scaler"])
+        elif self.scaling == "robust":
+            self.scaler = RobustScaler()
+            self.scaler.load_state_dict(state_dict["numeric_scaler"])
+        elif self.numeric_columns:
+            standard.mean = torch.tensor(state_dict["numeric_mean"], dtype=torch.float64)
+            standard.std = torch.tensor(state_dict["numeric_std"], dtype=torch.float64)
         self.fitted = True

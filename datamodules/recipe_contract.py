@@ -9,7 +9,8 @@ plain ``LightningDataModule`` that implements none of it trains, evaluates and p
 Members (what, when the recipes ask, default without it):
 
 * sizes (``DATA_SIZES``: ``num_classes``, ``in_features``, ``out_features``, ``in_channels``, ``vocab_size``,
-  ``max_length``, ``block_size``, ``image_size`` (height, width), ``class_names``): read when the classes are built,
+  ``max_length``, ``block_size``, ``image_size`` (height, width), ``class_names``, ``numeric_features`` (the leading
+  scaled numeric positions of a tabular sample, for numerical embeddings)): read when the classes are built,
   to fill the task's and the network's arguments of the same name (``data_size``). Default: the recipe's own value.
 * ``class_names`` (``ClassNames``): the names of the classes, on the confusion-matrix figure. Default: class ids.
 * ``batch_size`` (``BatchSize``): the run's ``batch_size`` param, and the training plan's batch size when a batch
@@ -56,7 +57,7 @@ from torch.utils.data import DataLoader, Dataset
 #: The sizes a recipe links from the data module to the task's and network's arguments of the same name.
 DATA_SIZES = (
     "num_classes", "in_features", "out_features", "in_channels", "vocab_size", "max_length", "block_size", "image_size",
-    "class_names",
+    "class_names", "numeric_features",
 )
 #: Default ``loader_settings``: they change how rows are batched and moved, never which rows a split holds.
 LOADER_SETTINGS = frozenset({"batch_size", "num_workers", "pin_memory", "drop_last", "device_resident"})

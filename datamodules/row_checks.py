@@ -1,9 +1,10 @@
 """What raw rows to predict hold that a fitted ``ColumnEncoder`` cannot encode, or encodes with its ``<unknown>`` slot.
 
 The MLflow model of a run refuses a request that holds a value no numeric column takes and names every such value
-(``bad_numbers``), rather than the first one that ``ColumnEncoder.transform`` meets; a category the encoder did not
-see, or a missing one, is predicted with the column's ``<unknown>`` slot, as in training, and each row's such values
-are listed (``unknown_categories``) for the predictions to say so. Plain functions of the encoder and a pandas
+(``bad_numbers``), rather than the first one that ``ColumnEncoder.transform`` meets (a missing number is one only
+when the encoder does not impute: ``missing="error"``); a category the encoder did not see (or, with
+``missing="error"``, a missing one) is predicted with the column's ``<unknown>`` slot, as in training, and each row's
+such values are listed (``unknown_categories``) for the predictions to say so. Plain functions of the encoder and a pandas
 DataFrame whose rows are counted from 0 (its index is not read).
 """
 
@@ -29,8 +30,9 @@ NAMED_AT_MOST = 100
 def bad_numbers(encoder: ColumnEncoder, frame: "pd.DataFrame") -> list[tuple[int, str, str]]:
     """Every value of ``encoder``'s numeric columns in ``frame`` that is not a finite number, as (row, column, what
     is wrong), in row order then column order. A boolean is not a number (``true`` is not 1), a missing value is
-    refused (the table's rule for numeric columns), a number written as text (``"12"``) is read as the number, as
-    when a file is read. A column ``frame`` lacks is skipped."""
+    refused only when the encoder does not impute (``missing="error"``; otherwise it takes the fitted median), a
+    number written as text (``"12"``) is read as the number, as when a file is read. A column ``frame`` lacks is
+    skipped."""
     import pandas as pd
 
     found = []
@@ -47,7 +49,10 @@ def bad_numbers(encoder: ColumnEncoder, frame: "pd.DataFrame") -> list[tuple[int
             if isinstance(value, (bool, np.bool_)):
                 what = f"{str(bool(value)).lower()} is not a number"
             elif pd.api.types.is_scalar(value) and pd.isna(value):
-                what = "a missing value (null/NaN), which a numeric column does not take"
+                if encoder.imputes:
+                    continue  # imputed with the train median
+                what = "a missing value (null/NaN), which a numeric column of a model trained with missing: error "\
+                    "does not take"
             elif np.isnan(numbers[row]):
                 what = f"{value!r} is not a number"
             else:
@@ -71,8 +76,9 @@ def bad_numbers_message(owner: str, cells: list[tuple[int, str, str]]) -> str:
 
 def unknown_categories(encoder: ColumnEncoder, frame: "pd.DataFrame") -> list[str]:
     """For each row of ``frame``, its categorical values that ``encoder`` encodes with the column's ``<unknown>``
-    slot: ``column='value'`` for a value the train split did not have, ``column=<missing>`` for a missing one,
-    joined by ``"; "`` in column order (``""``: none). A column ``frame`` lacks is skipped."""
+    slot: ``column='value'`` for a value the train split did not have, ``column=<missing>`` for a missing one when
+    the encoder does not impute (``missing="error"``; otherwise a missing value has a slot of its own and is not
+    listed), joined by ``"; "`` in column order (``""``: none). A column ``frame`` lacks is skipped."""
     notes: list[list[str]] = [[] for _ in range(len(frame))]
     for name in encoder.categorical_columns:
         if name not in frame.columns:
@@ -80,7 +86,8 @@ def unknown_categories(encoder: ColumnEncoder, frame: "pd.DataFrame") -> list[st
         column = frame[name].reset_index(drop=True)
         codes, levels = encode_names(column)
         known = set(encoder.vocabularies[name])
-        unknown = np.array([level not in known for level in levels] + [True], dtype=bool)  # code -1: missing
+        missing_is_unknown = not encoder.imputes
+        unknown = np.array([level not in known for level in levels] + [missing_is_unknown], dtype=bool)  # -1: missing
         for row in np.flatnonzero(unknown[codes]):
             shown = MISSING if codes[row] < 0 else repr(category_name(column.iloc[row]))
             notes[row].append(f"{name}={shown}")
@@ -94,9 +101,10 @@ def unknown_categories_warning(owner: str, notes: list[str], source: str) -> str
     if not rows:
         return None
     first = notes[rows[0]].split("; ")[0]
+    missing = " or a missing one" if any(f"={MISSING}" in note for note in notes) else ""
     return (
-        f"{owner}: {len(rows)} of {len(notes)} row(s) of {source} have a category the model was not trained on or "
-        f"a missing one, predicted with the column's {UNKNOWN} slot (first: row {rows[0]}, {first}); the predictions "
+        f"{owner}: {len(rows)} of {len(notes)} row(s) of {source} have a category the model was not trained on"
+        f"{missing}, predicted with the column's {UNKNOWN} slot (first: row {rows[0]}, {first}); the predictions "
         f"name them in the column {UNKNOWN_COLUMN}"
     )
 

@@ -1,4 +1,5 @@
-"""A table from a CSV or Parquet file: standardized numeric columns and one-hot categorical columns, in memory."""
+"""A table from a CSV or Parquet file: scaled numeric columns (missing values imputed) and one-hot categorical columns,
+in memory."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from torch import Tensor
 from torch.utils.data import Dataset, Sampler
 
 from datamodules.base import BaseDataModule
-from datamodules.column_encoding import ColumnEncoder, is_numeric_column
+from datamodules.column_encoding import MISSING_MODES, ColumnEncoder, MissingMode, is_numeric_column
 from datamodules.csv_reading import shown_fields
+from datamodules.numeric_scaling import SCALINGS, ScalingKind
 from datamodules.preprocessing import Standardizer
 from datamodules.row_checks import UNKNOWN_COLUMN, bad_numbers, bad_numbers_message, unknown_categories
 from datamodules.row_checks import unknown_categories_warning
@@ -24,20 +26,46 @@ if TYPE_CHECKING:  # pandas is imported when a file is read, not at start-up
     import pandas as pd
 
 NAME = "TabularDataModule"
+#: ``batch_size="auto"``: the largest power of two <= train rows / AUTO_BATCH_STEPS, within [AUTO_BATCH_MIN,
+#: AUTO_BATCH_MAX] (at least about 16 steps an epoch where the table allows).
+AUTO_BATCH_STEPS = 16
+AUTO_BATCH_MIN = 16
+AUTO_BATCH_MAX = 512
+
+
+def auto_batch_size(train_rows: int) -> int:
+    """``batch_size="auto"`` for a train split of ``train_rows`` rows: the largest power of two <= ``train_rows /
+    16``, clipped to [16, 512] (150 rows: 16; 1,667: 64; 7,000: 256; 35,000: 512)."""
+    size = AUTO_BATCH_MIN
+    while size * 2 <= train_rows / AUTO_BATCH_STEPS and size * 2 <= AUTO_BATCH_MAX:
+        size *= 2
+    return size
 
 
 class TabularDataModule(BaseDataModule):
     """Rows of a CSV or Parquet file as one float tensor per row, for classification or regression.
 
     The file is read in ``setup`` (with pandas) and held in memory; it is never modified. Feature columns are numeric or
-    categorical. Numeric columns are standardized with the train split's mean and (population) std; categorical
-    columns become one-hot blocks appended after the numeric columns, so a sample is one float32 vector of width
-    ``in_features`` (names in ``feature_names``) that an MLP takes as it is.
+    categorical. A column is numeric when pandas reads it as numbers (not ``true``/``false``); text, mixed values and
+    ``true``/``false`` are categorical. Integer columns are numeric: counts and ordinal codes keep their order; list
+    a code column (a zip code, a product id) in ``categorical`` to one-hot encode it. A column of numbers with empty
+    fields is numeric (pandas reads it as floats with NaN); a numeric column with no value in the train split (all
+    empty) is refused in ``setup`` with a message naming it.
+
+    Numeric columns are scaled (``scaling``) with statistics of the train split's observed values; they are the
+    first ``numeric_features`` positions of a sample. With ``missing="impute"`` (the default) a missing number
+    takes the train split's median of its column, and each numeric column with a missing value in the train split
+    gets a missing-indicator (``"column=<missing>"``: 1.0 where the value was missing) after the numeric columns; a
+    missing number at predict time in a column that had none in the train split is imputed the same way (without an
+    indicator: the width is fixed by the train split). Categorical columns become one-hot blocks after those, so a
+    sample is one float32 vector of width ``in_features`` (names in ``feature_names``) that an MLP takes as it is.
 
     Categorical vocabularies come from the train split only: in each column's block, position 0
-    (``"column=<unknown>"``) stands for values not seen in the train split and for missing values; the known values
-    follow in sorted order of their string form (integral numbers are written without ``.0``). The encoding is a
-    ``ColumnEncoder`` (``encoder``), fitted on the train rows.
+    (``"column=<unknown>"``) stands for values not seen in the train split, position 1 (``"column=<missing>"``,
+    ``missing="impute"`` only) for missing values; the known values follow in sorted order of their string form
+    (integral numbers are written without ``.0``). With ``missing="error"`` a missing number is an error naming its
+    row and a missing category takes the ``<unknown>`` slot (the encoding of checkpoints written before missing
+    values were taken, which keep it). The encoding is a ``ColumnEncoder`` (``encoder``), fitted on the train rows.
 
     Classification: the labels (ints or strings) become class ids 0..C-1 in sorted order of the distinct labels of
     the whole file (numeric labels sorted by value, others by their string), named in ``class_names``; the split is
@@ -49,8 +77,8 @@ class TabularDataModule(BaseDataModule):
     Bad input fails when the module is built or in ``setup`` (before any training) with a message naming the file,
     column, row and value; rows count data rows from 0 (a CSV header is not a row).
 
-    The other arguments (``batch_size``, ``val_fraction``, ``test_fraction``, ``seed``, the loader options) are
-    ``BaseDataModule``'s, passed on through ``**kwargs``; ``stratify`` follows ``task``.
+    The other arguments (``val_fraction``, ``test_fraction``, ``seed``, the loader options) are ``BaseDataModule``'s,
+    passed on through ``**kwargs``; ``stratify`` follows ``task``.
 
     Args:
         path: The data file: ``.csv``, or ``.parquet``/``.pq``.
@@ -70,6 +98,20 @@ class TabularDataModule(BaseDataModule):
             many-class problem). Without it, more than 50 distinct values, or 10 or more of which most occur in one
             row only, is refused in ``setup`` (``TargetKindError``): such a column is a quantity to predict with
             ``task: regression``. A regression target of labels (text, ``true``/``false``) is refused too.
+        missing: What a missing value (an empty field, NaN, null) in a feature column does: "impute" (a number takes
+            the train split's median of its column, plus a missing-indicator for columns with missing train values;
+            a category takes its column's ``<missing>`` slot) or "error" (a missing number is an error naming the
+            row; a missing category takes the ``<unknown>`` slot). A checkpoint's model keeps the mode it was
+            trained with.
+        scaling: How numeric columns are scaled, with statistics of the train split's observed values: "standard"
+            (``(x - mean) / std``), "quantile" (each value's quantile level mapped to a standard normal, from up to
+            1,024 quantiles: skewed and heavy-tailed columns come out about N(0, 1)) or "robust" (``(x - median) /
+            IQR``, then smoothly clipped to +-3: RealMLP's scaling).
+        batch_size: Samples per batch (train, val, test and predict), or "auto": the largest power of two at most
+            the train rows / 16, within [16, 512] (150 train rows: 16, about 10 steps an epoch; 1,667: 64; 7,000:
+            256; 35,000 or more: 512), chosen in ``setup`` once the split is known; ``batch_size`` is then that
+            number (the saved setting stays "auto"). Before ``setup`` (predicting raw rows with a restored module)
+            "auto" batches 512 rows.
     """
 
     save_init_arguments = True
@@ -85,8 +127,18 @@ class TabularDataModule(BaseDataModule):
         class_balance: bool = False,
         predict_path: str | None = None,
         many_classes: bool = False,
+        missing: MissingMode = "impute",
+        scaling: ScalingKind = "standard",
+        batch_size: int | Literal["auto"] = 64,
         **kwargs: Any,
     ) -> None:
+        if missing not in MISSING_MODES:
+            raise ValueError(f"{NAME}: missing must be one of {list(MISSING_MODES)}, got {missing!r}")
+        if scaling not in SCALINGS:
+            raise ValueError(f"{NAME}: scaling must be one of {list(SCALINGS)}, got {scaling!r}")
+        auto = batch_size == "auto"
+        if not auto and (isinstance(batch_size, bool) or not isinstance(batch_size, int)):
+            raise ValueError(f"{NAME}: batch_size must be a whole number >= 1 or 'auto', got {batch_size!r}")
         if task not in ("classification", "regression"):
             raise ValueError(f"{NAME}: task must be 'classification' or 'regression', got {task!r}")
         if class_balance and task == "regression":
@@ -113,7 +165,13 @@ class TabularDataModule(BaseDataModule):
         table_format(path)
         if predict_path is not None:
             table_format(predict_path)
-        super().__init__(stratify=task == "classification", **kwargs)
+        # "auto" stays the saved setting (this frame's batch_size); loaders batch AUTO_BATCH_MAX until setup
+        super().__init__(
+            stratify=task == "classification", batch_size=AUTO_BATCH_MAX if auto else batch_size, **kwargs
+        )
+        self.auto_batch_size = auto
+        self.missing = missing
+        self.scaling = scaling
         self.path = path
         self.target = target
         self.features = features
@@ -138,6 +196,8 @@ class TabularDataModule(BaseDataModule):
             owner=NAME,
             source=self._where(),
             warn=rank_zero_warn,  # under DDP, one warning instead of one per process
+            missing=self.missing,  # type: ignore[arg-type]
+            scaling=self.scaling,  # type: ignore[arg-type]
         )
 
     # --- description ----------------------------------------------------------------------------------------
@@ -168,13 +228,22 @@ class TabularDataModule(BaseDataModule):
 
     @property
     def in_features(self) -> int:
-        """Width of one sample: the numeric columns plus one block of (vocabulary + 1) per categorical column."""
+        """Width of one sample: the numeric columns, their missing-indicators and one block per categorical column
+        (its vocabulary, ``<unknown>`` and, with ``missing="impute"``, ``<missing>``)."""
         self._ensure_fitted()
         return self.encoder.in_features
 
     @property
+    def numeric_features(self) -> int:
+        """The number of leading scaled numeric positions of a sample (missing-indicators not counted): what a
+        network with numerical embeddings embeds one by one."""
+        self._ensure_fitted()
+        return self.encoder.numeric_features
+
+    @property
     def feature_names(self) -> list[str]:
-        """Name of each input position: numeric columns, then ``column=<unknown>`` and ``column=value`` entries."""
+        """Name of each input position: numeric columns, ``column=<missing>`` indicators, then each categorical
+        block's ``column=<unknown>``, ``column=<missing>`` and ``column=value`` entries."""
         self._ensure_fitted()
         return self.encoder.feature_names
 
@@ -194,8 +263,9 @@ class TabularDataModule(BaseDataModule):
         return self.encoder.vocabularies
 
     @property
-    def standardizer(self) -> Standardizer:
-        """Mean and std of the numeric columns over the train split (after ``setup``)."""
+    def standardizer(self) -> Standardizer | None:
+        """Mean and std of the numeric columns over the train split (after ``setup``; ``scaling="standard"``, else
+        ``None``: the scaler is ``encoder.scaler``)."""
         return self.encoder.standardizer
 
     # --- reading and checking the file --------------------------------------------------------------------
@@ -286,9 +356,16 @@ class TabularDataModule(BaseDataModule):
         if self._restored is None:  # class names from this file's labels, also when an earlier setup failed half-way
             self.encoder = self._new_encoder(numeric, categorical)
         targets = self.encoder.targets(frame)
-        self.encoder.numeric_values(frame)  # every numeric value is a finite number, or the error names its row
+        self.encoder.numeric_values(frame)  # every numeric value is a finite number (or missing, to impute), or the
+        # error names its row
         self._frame = frame
         return torch.arange(len(frame)), targets
+
+    def check_split_sizes(self, indices: dict[str, Tensor]) -> None:
+        """Choose ``batch_size`` for ``batch_size="auto"`` from the train rows, then the base class's checks."""
+        if self.auto_batch_size:
+            self.batch_size = auto_batch_size(len(indices["train"]))
+        super().check_split_sizes(indices)
 
     def _rows(self, positions: Tensor) -> "pd.DataFrame":
         """The rows of the file at ``positions`` (the samples of a split), while ``setup`` holds the file."""
@@ -358,8 +435,8 @@ class TabularDataModule(BaseDataModule):
             raise ValueError(bad_numbers_message(NAME, cells))
 
     def prediction_notes(self, frame: "pd.DataFrame | None" = None) -> dict[str, list[str]]:
-        """The predictions' column ``unknown_categories`` (``plan='gold'; region=<missing>``: values that took the
-        ``<unknown>`` slot) of raw rows, or (``None``) of ``predict_path``'s last read; none when no row has one."""
+        """The predictions' column ``unknown_categories`` (``plan='gold'``: values that took the ``<unknown>`` slot;
+        also ``region=<missing>`` with ``missing="error"``) of raw rows, or (``None``) of ``predict_path``'s last read; none when no row has one."""
         rows = None if frame is None else self._feature_frame(frame, "the table")
         notes = self._new_data_notes if rows is None else unknown_categories(self.encoder, rows)
         return {UNKNOWN_COLUMN: notes} if any(notes) else {}

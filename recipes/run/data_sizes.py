@@ -1,8 +1,9 @@
 """Sizes from the data: the network's and the task's input and output sizes are read from the data module.
 
 A recipe does not count columns, classes or characters: ``in_features``, ``out_features``, ``num_classes``,
-``in_channels``, ``vocab_size``, ``max_length``, ``block_size``, ``image_size`` and ``class_names`` (the network's
-only: a pretrained network's head and saved labels) are linked from the data module to the task
+``in_channels``, ``vocab_size``, ``max_length``, ``block_size``, ``image_size``, ``class_names`` (the network's
+only: a pretrained network's head and saved labels) and ``numeric_features`` (the network's only: the leading numeric
+positions of a tabular sample, for numerical embeddings) are linked from the data module to the task
 (``model.init_args.<name>``) and to its network (``model.init_args.model.init_args.<name>``) with jsonargparse's
 ``link_arguments(..., apply_on="instantiate")``: the data module is built first, its sizes are read (a file-backed
 module reads its file and fits its vocabularies on the train split to know them), and the task and network are built
@@ -102,6 +103,7 @@ SIZE_LINKS: tuple[SizeLink, ...] = (
     SizeLink(NETWORK + "block_size", "block_size", at_least=True),
     SizeLink(NETWORK + "image_size", "image_size", written_as=image_pair),
     SizeLink(NETWORK + "class_names", "class_names", written_as=list),
+    SizeLink(NETWORK + "numeric_features", "numeric_features"),
 )
 
 

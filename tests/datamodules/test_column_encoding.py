@@ -20,8 +20,8 @@ def encoder(**kwargs) -> ColumnEncoder:
 TRAIN = pd.DataFrame({"x": [1.0, 2.0, 3.0], "color": ["red", "blue", "red"], "y": ["b", "a", "b"]})
 
 
-def test_one_hot_blocks_keep_slot_zero_for_unseen_and_missing_values():
-    enc = ColumnEncoder("y", categorical_columns=["color"]).fit(TRAIN)
+def test_one_hot_blocks_keep_slot_zero_for_unseen_and_missing_values_with_missing_error():
+    enc = ColumnEncoder("y", categorical_columns=["color"], missing="error").fit(TRAIN)
     assert enc.vocabularies == {"color": ["blue", "red"]}  # sorted, from the fitted rows only
     assert enc.feature_names == ["color=<unknown>", "color=blue", "color=red"] and enc.in_features == 3
     rows = pd.DataFrame({"color": ["blue", "green", None, "red"]})
@@ -43,15 +43,16 @@ def test_numeric_columns_are_standardized_with_the_fitted_rows_statistics_only()
 
 def test_a_row_is_the_numeric_columns_then_each_categorical_block():
     enc = encoder().fit(TRAIN)
-    assert enc.feature_names == ["x", "color=<unknown>", "color=blue", "color=red"]
+    assert enc.feature_names == ["x", "color=<unknown>", "color=<missing>", "color=blue", "color=red"]
+    assert enc.numeric_features == 1
     out = enc.transform(pd.DataFrame({"x": [3.0], "color": ["blue"]}))
-    assert out[0].tolist() == pytest.approx([1.0 / math.sqrt(2.0 / 3.0), 0.0, 1.0, 0.0], abs=1e-6)
+    assert out[0].tolist() == pytest.approx([1.0 / math.sqrt(2.0 / 3.0), 0.0, 0.0, 1.0, 0.0], abs=1e-6)
 
 
 def test_integral_numbers_are_named_without_a_decimal_point():
     assert [category_name(v) for v in (3.0, 2, True, 2.5, "a")] == ["3", "2", "True", "2.5", "a"]
     enc = ColumnEncoder("y", categorical_columns=["size"]).fit(pd.DataFrame({"size": [10.0, 2.0, None, 2.0]}))
-    assert enc.feature_names == ["size=<unknown>", "size=10", "size=2"]  # sorted by their names
+    assert enc.feature_names == ["size=<unknown>", "size=<missing>", "size=10", "size=2"]  # sorted by their names
 
 
 def test_state_round_trip_gives_identical_encodings():
@@ -66,10 +67,15 @@ def test_state_round_trip_gives_identical_encodings():
         "vocabularies": {"color": ["blue", "red"]},
         "numeric_mean": [2.0],
         "numeric_std": [pytest.approx(math.sqrt(2.0 / 3.0), abs=1e-15)],
+        "missing": "impute",
+        "numeric_fill": [2.0],
+        "missing_indicators": [],
+        "scaling": "standard",
+        "numeric_scaler": {},
     }
     restored = ColumnEncoder("y")
     restored.load_state_dict(json.loads(json.dumps(copy.deepcopy(state))))  # plain lists: survives any serializer
-    rows = pd.DataFrame({"x": [0.5, 2.0, 7.25], "color": ["red", "purple", None]})
+    rows = pd.DataFrame({"x": [0.5, None, 7.25], "color": ["red", "purple", None]})
     assert torch.equal(restored.transform(rows), fitted.transform(rows))
     assert restored.state_dict() == state and restored.feature_names == fitted.feature_names
 
@@ -94,8 +100,14 @@ def test_errors_name_the_column_row_and_value():
     with pytest.raises(ValueError, match=r"^Mine: column 'x' of 't.csv' is treated as numeric but has the non-numeric "
                        r"value 'oops' at row 1 \(1 such row\(s\)\)"):
         enc.fit(pd.DataFrame({"x": ["1", "oops", "2"]}))
-    with pytest.raises(ValueError, match=r"numeric column 'x' of 't.csv' has a missing value \(NaN\) at row 2"):
-        enc.fit(pd.DataFrame({"x": [1.0, 2.0, None]}))
+    strict = ColumnEncoder("y", numeric_columns=["x"], owner="Mine", source="'t.csv'", missing="error")
+    with pytest.raises(ValueError, match=r"^Mine: numeric column 'x' of 't.csv' has a missing value \(NaN\) at row 2 "
+                       r"\(1 missing row\(s\)\), and missing is 'error'; fill or drop those rows, or set missing: "
+                       r"impute \(--data.init_args.missing impute\) to fill them with the train median$"):
+        strict.fit(pd.DataFrame({"x": [1.0, 2.0, None]}))
+    with pytest.raises(ValueError, match=r"^Mine: numeric column 'x' of 't.csv' has the value inf at row 1 \(1 "
+                       r"infinite row\(s\)\); replace or drop those rows \(a numeric column takes finite numbers\)$"):
+        enc.fit(pd.DataFrame({"x": [1.0, float("inf"), None]}))  # missing="impute" takes the None, never an inf
     with pytest.raises(RuntimeError, match="not fitted"):
         enc.transform(pd.DataFrame({"x": [1.0]}))
 
@@ -105,7 +117,7 @@ def test_identifier_like_columns_warn_through_the_given_callable():
     enc = ColumnEncoder("y", categorical_columns=["id"], warn=said.append)
     enc.fit(pd.DataFrame({"id": [f"u{i}" for i in range(60)]}))
     assert len(said) == 1 and "has 60 distinct values in 60 train rows; it looks like an identifier" in said[0]
-    assert enc.in_features == 61
+    assert enc.in_features == 62  # 60 values, <unknown> and <missing>
 
 
 def test_a_saved_encoding_of_another_target_is_refused():

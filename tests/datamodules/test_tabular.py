@@ -37,18 +37,20 @@ def test_classification_encoding(tmp_path):
     assert dm.class_names == CLASSES and dm.num_classes == 3 and dm.out_features == 3
     assert dm.numeric_columns == ["x1", "x2", "size"] and dm.categorical_columns == ["color"]
     assert dm.vocabularies == {"color": ["blue", "green", "red"]}
-    assert dm.feature_names == ["x1", "x2", "size", "color=<unknown>", "color=blue", "color=green", "color=red"]
-    assert dm.in_features == 7
+    assert dm.feature_names == [
+        "x1", "x2", "size", "color=<unknown>", "color=<missing>", "color=blue", "color=green", "color=red"
+    ]
+    assert dm.in_features == 8 and dm.numeric_features == 3
     assert dm.split_sizes == {"train": 140, "val": 40, "test": 20}
     idx = split_indices(200, 0.2, 0.1, seed=2, labels=label_ids(frame))  # stratified on the sorted label ids
     for split in ("train", "val", "test"):
         x, y = dm.datasets[split].tensors
-        assert x.dtype == torch.float32 and x.shape == (len(idx[split]), 7)
+        assert x.dtype == torch.float32 and x.shape == (len(idx[split]), 8)
         assert y.dtype == torch.int64 and torch.equal(y, label_ids(frame)[idx[split]])
         colors = frame["color"].to_numpy()[idx[split].numpy()]
         for k, value in enumerate(["blue", "green", "red"]):
-            assert torch.equal(x[:, 4 + k], torch.tensor(colors == value, dtype=torch.float32))
-        assert x[:, 3].sum().item() == 0  # every color was seen in train
+            assert torch.equal(x[:, 5 + k], torch.tensor(colors == value, dtype=torch.float32))
+        assert x[:, 3].sum().item() == 0 and x[:, 4].sum().item() == 0  # every color was seen in train, none missing
     assert dm.class_counts == torch.bincount(label_ids(frame)[idx["train"]]).tolist()
 
 
@@ -62,22 +64,28 @@ def test_integer_labels_are_sorted_by_value(tmp_path):
     assert torch.bincount(y).tolist() == [100, 50, 50]
 
 
-def test_unknown_and_missing_categories_map_to_the_unknown_column(tmp_path):
+def test_unknown_categories_map_to_the_unknown_column_and_missing_ones_to_the_missing_column(tmp_path):
     frame = make_frame(n=200, seed=1)
     idx = split_indices(200, 0.2, 0.1, seed=0, labels=label_ids(frame))
     val_row, test_row, train_row = int(idx["val"][3]), int(idx["test"][0]), int(idx["train"][5])
     frame.loc[val_row, "color"] = "purple"  # only in the val split
     frame.loc[test_row, "color"] = "orange"  # only in the test split
-    frame.loc[train_row, "color"] = None  # missing: unknown too, and never a vocabulary entry
+    frame.loc[train_row, "color"] = None  # missing: its own slot, and never a vocabulary entry
     dm = TabularDataModule(str(write(frame, tmp_path / "data.csv")), target="label", test_fraction=0.1)
     dm.setup("fit")
     assert dm.vocabularies["color"] == ["blue", "green", "red"]
     names = dm.feature_names
     unknown = names.index("color=<unknown>")
-    block = slice(unknown, unknown + 4)
-    for split, row in (("val", val_row), ("test", test_row), ("train", train_row)):
+    assert names[unknown + 1] == "color=<missing>"
+    block = slice(unknown, unknown + 5)
+    for split, row, slots in (("val", val_row, [1.0, 0.0, 0.0, 0.0, 0.0]), ("test", test_row, [1.0, 0.0, 0.0, 0.0, 0.0]),
+                              ("train", train_row, [0.0, 1.0, 0.0, 0.0, 0.0])):
         x = dm.datasets[split].tensors[0][position(idx[split], row)]
-        assert x[block].tolist() == [1.0, 0.0, 0.0, 0.0], split
+        assert x[block].tolist() == slots, split
+    strict = TabularDataModule(str(tmp_path / "data.csv"), target="label", test_fraction=0.1, missing="error")
+    assert "color=<missing>" not in strict.feature_names
+    x = strict.datasets["train"].tensors[0][position(idx["train"], train_row)]
+    assert x[unknown : unknown + 4].tolist() == [1.0, 0.0, 0.0, 0.0]  # missing="error": the <unknown> slot
     val_x = dm.datasets["val"].tensors[0]
     assert val_x[:, unknown].sum().item() == 1.0 and torch.equal(val_x[:, block].sum(1), torch.ones(len(val_x)))
 
@@ -125,7 +133,7 @@ def test_regression(tmp_path):
     dm.setup("fit")
     assert dm.num_classes is None and dm.class_names is None and dm.out_features == 1 and dm.class_counts is None
     assert dm.categorical_columns == ["color", "label"]  # a string label is just another categorical feature here
-    assert dm.in_features == 3 + 4 + 4
+    assert dm.in_features == 3 + 5 + 5  # blocks: <unknown>, <missing> and the 3 values
     idx = split_indices(120, 0.2, 0.0, seed=1)  # not stratified
     for split in ("train", "val"):
         y = dm.datasets[split].tensors[1]
@@ -169,7 +177,7 @@ def test_lightning_checkpoint_keeps_the_encoding(tmp_path):
     frame = make_frame(n=200, seed=7)
     path = str(write(frame, tmp_path / "data.csv"))
     dm = TabularDataModule(path, target="label", seed=0)
-    module = ClassificationModule(MLP(7, 3, [8]), num_classes=3)
+    module = ClassificationModule(MLP(8, 3, [8]), num_classes=3)
     trainer = L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=1, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, datamodule=dm)
@@ -208,8 +216,9 @@ ERRORS = [
      r"add 'x2' to categorical"),
     ("string column not categorical", "data.csv", None, {"categorical": []}, ValueError,
      r"column 'color' .* non-numeric value '(red|green|blue)' at row 0 .*add 'color' to categorical"),
-    ("nan in numeric", "data.csv", lambda f: _set(f, 5, "x1", None), {}, ValueError,
-     r"numeric column 'x1' of '.*data\.csv' has a missing value \(NaN\) at row 5"),
+    ("nan in numeric", "data.csv", lambda f: _set(f, 5, "x1", None), {"missing": "error"}, ValueError,
+     r"numeric column 'x1' of '.*data\.csv' has a missing value \(NaN\) at row 5 .*fill or drop those rows, or set "
+     r"missing: impute \(--data.init_args.missing impute\)"),
     ("inf in numeric", "data.parquet", lambda f: _set(f, 6, "x2", float("inf")), {}, ValueError,
      r"numeric column 'x2' of '.*data\.parquet' has the value inf at row 6"),
     ("missing target", "data.csv", lambda f: _set(f, 4, "label", None), {}, ValueError,
@@ -288,7 +297,7 @@ def test_mlp_learns_a_separable_table(tmp_path):
     frame["label"] = np.where(frame["color"] == "red", "stop", np.where(frame["x1"] + frame["x2"] > 0, "go", "wait"))
     L.seed_everything(0, verbose=False)
     dm = TabularDataModule(str(write(frame, tmp_path / "data.csv")), target="label", batch_size=64)
-    assert dm.class_names == ["go", "stop", "wait"] and dm.in_features == 6
+    assert dm.class_names == ["go", "stop", "wait"] and dm.in_features == 7
     module = ClassificationModule(MLP(dm.in_features, dm.num_classes, [32]), num_classes=dm.num_classes,
                                   optimizer=functools.partial(torch.optim.AdamW, lr=1e-2))
     trainer = L.Trainer(max_epochs=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
