@@ -23,6 +23,9 @@ callback of its own, usable alone in ``Trainer(callbacks=[...])``:
   with the modules that trained before back in train mode (002: "the model trains in eval mode without error").
 - ``unused_parameters`` (``UnusedParametersCheck``): trainable parameters without a gradient at the first optimizer
   step (the loss never reaches them, so they never change); frozen parameters are left alone.
+- ``baseline`` (``TrivialBaselineCheck``): the last validation's accuracy or RMSE against the trivial predictor's
+  (the train split's majority class or mean) on the same rows, and ``val/acc`` monitored on a table where one class
+  dominates (issue 55: 0.862 accuracy under a 0.880 majority class went unnoticed).
 
 Every finding is kept in ``findings``, warned (``LoopDoctorWarning``) and, with an MLflow logger, set as the run tag
 ``doctor.<check>`` (``findings.FindingsReporter``).
@@ -40,6 +43,7 @@ from recipes.doctor.non_finite import NonFiniteCheck, NonFiniteError
 from recipes.doctor.sample_hashing import sample_hashes
 from recipes.doctor.schedule import ScheduleCheck, ScheduleError
 from recipes.doctor.train_eval_mode import TrainEvalModeCheck
+from recipes.doctor.trivial_baseline import TrivialBaselineCheck
 from recipes.doctor.unused_parameters import UnusedParametersCheck
 
 __all__ = [
@@ -61,6 +65,7 @@ __all__ = [
     "ScheduleError",
     "StepCheck",
     "TrainEvalModeCheck",
+    "TrivialBaselineCheck",
     "UnusedParametersCheck",
     "sample_hashes",
 ]

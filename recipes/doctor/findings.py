@@ -19,7 +19,7 @@ from recipes.tracking.tracked_run import tracked_run
 # MLflow keeps tag values short: longer messages are cut to this many characters
 TAG_LIMIT = 500
 # the checks' names, in the order the tag ``doctor.findings`` and the summary list them
-CHECKS = ("initial_loss", "non_finite", "grad_norm", "data_wait", "leakage", "schedule", "mode", "unused_parameters")
+CHECKS = ("initial_loss", "non_finite", "grad_norm", "data_wait", "leakage", "schedule", "mode", "unused_parameters", "baseline")
 
 
 class LoopDoctorWarning(UserWarning):

@@ -2,7 +2,7 @@
 
 It owns the enabled checks (one reporter and one ``CurrentStep`` shared by all) and forwards each Lightning hook
 to the parts that define it, in one fixed order: the step record, mode, leakage, data wait, non-finite, initial
-loss, gradient norm, schedule, unused parameters. The forwarding is the callback group's
+loss, gradient norm, schedule, unused parameters, baseline. The forwarding is the callback group's
 (``recipes.hooks.forwarding.ForwardingCallback``); the doctor adds three hooks of its own: ``setup`` builds fresh
 parts for each fit, ``on_train_end`` summarizes the findings after the parts' own, and the data-wait timer brackets
 the other parts' training-batch hooks, so their time counts neither as waiting for data nor as the step's compute.
@@ -24,6 +24,7 @@ from recipes.doctor.leakage import LeakageCheck
 from recipes.doctor.non_finite import NonFiniteCheck
 from recipes.doctor.schedule import ScheduleCheck
 from recipes.doctor.train_eval_mode import TrainEvalModeCheck
+from recipes.doctor.trivial_baseline import TrivialBaselineCheck
 from recipes.doctor.unused_parameters import UnusedParametersCheck
 from recipes.hooks.forwarding import ForwardingCallback
 
@@ -64,6 +65,11 @@ class LoopDoctor(ForwardingCallback):
         mode_check: Check that validation runs in eval mode and training resumes in train mode.
         unused_parameters: Warn about trainable parameters that get no gradient at the first optimizer step (frozen
             ones are left alone).
+        baseline: Compare the last validation's accuracy or RMSE with the trivial predictor's (the train split's
+            majority class or mean) on the same rows (a finding beyond one standard error), and flag ``val/acc`` as the
+            monitor of a skewed table.
+        baseline_skew_threshold: The majority class's share of the train split from which a monitored accuracy is
+            flagged.
     """
 
     def __init__(
@@ -84,6 +90,8 @@ class LoopDoctor(ForwardingCallback):
         schedule_check: bool = True,
         mode_check: bool = True,
         unused_parameters: bool = True,
+        baseline: bool = True,
+        baseline_skew_threshold: float = 0.8,
     ) -> None:
         if grad_norm_every_n_steps < 1:
             raise ValueError(f"LoopDoctor: grad_norm_every_n_steps must be >= 1, got {grad_norm_every_n_steps}")
@@ -113,6 +121,8 @@ class LoopDoctor(ForwardingCallback):
         self.schedule_check = schedule_check
         self.mode_check = mode_check
         self.unused_parameters = unused_parameters
+        self.baseline = baseline
+        self.baseline_skew_threshold = baseline_skew_threshold
         self._assemble()
 
     # --- the parts ----------------------------------------------------------------------------------------------
@@ -145,6 +155,7 @@ class LoopDoctor(ForwardingCallback):
             gradient_norms,
             ScheduleCheck(reporter) if self.schedule_check else None,
             UnusedParametersCheck(reporter) if self.unused_parameters else None,
+            TrivialBaselineCheck(self.baseline_skew_threshold, reporter=reporter) if self.baseline else None,
         ]
         self.reporter = reporter
         self.parts = [part for part in parts if part is not None]

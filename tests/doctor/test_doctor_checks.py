@@ -240,14 +240,14 @@ def test_the_doctor_holds_only_the_enabled_checks_and_forwards_only_their_hooks(
     everything = LoopDoctor()
     assert [type(part).__name__ for part in everything.parts] == [
         "CurrentStep", "TrainEvalModeCheck", "LeakageCheck", "DataWaitCheck", "NonFiniteCheck", "InitialLossCheck",
-        "GradientNormCheck", "ScheduleCheck", "UnusedParametersCheck",
+        "GradientNormCheck", "ScheduleCheck", "UnusedParametersCheck", "TrivialBaselineCheck",
     ]
     # inside the doctor the checks read the shared step: none records a batch itself
     assert "on_before_backward" not in everything.checks["non_finite"].hooks()
     assert everything.checks["non_finite"].step is everything.parts[0]
 
     only_norms = LoopDoctor(initial_loss=False, non_finite=False, data_wait=False, leakage=False, mode_check=False,
-                            unused_parameters=False)
+                            unused_parameters=False, baseline=False)
     step = only_norms.parts[0]
     # gradients only: no loss recorded in on_before_backward; the steps are kept and read at the read hooks
     assert isinstance(step, CurrentStep) and step.hooks() == (
@@ -258,7 +258,7 @@ def test_the_doctor_holds_only_the_enabled_checks_and_forwards_only_their_hooks(
 
     nothing = LoopDoctor(
         initial_loss=False, non_finite=False, grad_norm=False, data_wait=False, leakage=False,
-        schedule_check=False, mode_check=False, unused_parameters=False,
+        schedule_check=False, mode_check=False, unused_parameters=False, baseline=False,
     )
     assert nothing.parts == [] and nothing.grad_norms == [] and nothing.leakage_overlap is None
 
@@ -284,7 +284,7 @@ def test_the_doctor_keeps_its_constructor():
         "grad_norm": True, "grad_norm_every_n_steps": 25, "grad_norm_window": 10, "grad_norm_clip_factor": 5.0,
         "data_wait": True, "data_wait_threshold": 0.3, "data_wait_skip_batches": 3, "leakage": True,
         "leakage_max_samples": 1_000_000, "schedule_check": True, "mode_check": True,
-        "unused_parameters": True,
+        "unused_parameters": True, "baseline": True, "baseline_skew_threshold": 0.8,
     }
 
 

@@ -98,7 +98,8 @@ def test_the_doctor_forwards_each_hook_only_to_the_parts_that_define_it_in_their
     doctor = LoopDoctor()
     order = [type(part).__name__ for part in doctor.parts]
     assert order == ["CurrentStep", "TrainEvalModeCheck", "LeakageCheck", "DataWaitCheck", "NonFiniteCheck",
-                     "InitialLossCheck", "GradientNormCheck", "ScheduleCheck", "UnusedParametersCheck"]
+                     "InitialLossCheck", "GradientNormCheck", "ScheduleCheck", "UnusedParametersCheck",
+                     "TrivialBaselineCheck"]
     for name, calls in doctor.hook_calls.items():
         owners = [type(call.__self__).__name__ for call in calls]
         assert owners == [o for o in order if o in owners], name  # the parts' order
@@ -112,7 +113,7 @@ def test_the_doctor_forwards_each_hook_only_to_the_parts_that_define_it_in_their
     # a step calls no part for the hooks no part needs
     assert doctor.hook_calls["on_after_backward"] == () and doctor.hook_calls["on_before_zero_grad"] == ()
     nothing = LoopDoctor(initial_loss=False, non_finite=False, grad_norm=False, data_wait=False, leakage=False,
-                         schedule_check=False, mode_check=False, unused_parameters=False)
+                         schedule_check=False, mode_check=False, unused_parameters=False, baseline=False)
     assert all(calls == () for calls in nothing.hook_calls.values())
 
 

@@ -194,7 +194,7 @@ def test_val_split_that_repeats_train_rows_is_reported():
     x, y = random_rows(64, seed=0)
     xv, yv = random_rows(20, seed=1)
     xv[:5], yv[:5] = x[10:15], y[10:15]  # five val rows copied from train
-    doctor = LoopDoctor()
+    doctor = LoopDoctor(baseline=False)  # random rows: the model is no better than the majority class
     fit = trainer(doctor, limit_train_batches=1, limit_val_batches=1)
     fit.fit(classifier(), TensorData(x, y, xv, yv))
     assert doctor.leakage_overlap == 5
@@ -309,7 +309,7 @@ class ForgetsTrainMode(ClassificationModule):
 
 @pytest.mark.parametrize(("sanity_steps", "step"), [(2, 0), (0, 2)], ids=["after-sanity-check", "after-epoch-1"])
 def test_training_that_resumes_in_eval_mode_is_reported(sanity_steps, step):
-    doctor = LoopDoctor()
+    doctor = LoopDoctor(baseline=False)  # random rows: the model is no better than the majority class
     fit = trainer(doctor, max_epochs=2, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=sanity_steps)
     fit.fit(ForgetsTrainMode(MLP(2, 3, [16]), 3), SpiralDataModule(n_samples=300, batch_size=32))
     assert checks(doctor) == ["mode"]
@@ -377,6 +377,7 @@ def test_every_check_can_be_switched_off_and_configured_from_yaml():
         leakage=False,
         schedule_check=False,
         mode_check=False,
+        baseline=False,
     )
     fit = trainer(quiet, limit_val_batches=1)
     fit.fit(classifier(), nan_row_data())  # NaN loss, no guard: the run goes on
