@@ -54,7 +54,7 @@ class QuantileScaler:
     the fitted values come out about N(0, 1), whatever their distribution, and outliers land within about +-5.2.
 
     ``fit`` takes ``min(1024, n)`` quantiles of each column's ``n`` observed values at evenly spaced levels
-    (``np.quantile``, made non-decreasing); ``transform`` finds a value's level by linear interpolation between
+    (``np.percentile``, made non-decreasing); ``transform`` finds a value's level by linear interpolation between
     them, averaging the upward and the downward interpolation where quantiles repeat (a value held by many rows
     gets the middle of its levels), takes level 0 below the first quantile and 1 above the last, keeps the level
     within [1e-7, 1 - 1e-7] and returns ``ndtri(level)``. This is scikit-learn's
@@ -70,8 +70,10 @@ class QuantileScaler:
         quantiles = []
         for column in observed_columns(values):
             count = min(MAX_QUANTILES, len(column))
-            found = np.quantile(column, np.linspace(0.0, 1.0, count)) if count else np.zeros(0)
-            quantiles.append(np.maximum.accumulate(found))  # np.quantile may step down by rounding
+            # np.quantile at the levels as percentages, as scikit-learn takes them: on tied values the same side of
+            # a jump (levels * 100 / 100 may round across it)
+            found = np.percentile(column, np.linspace(0.0, 1.0, count) * 100) if count else np.zeros(0)
+            quantiles.append(np.maximum.accumulate(found))  # rounding may step down
         self.quantiles = quantiles
         return self
 
