@@ -11,11 +11,11 @@ The tables (``benchmarks/_tabular_tables.py``) are public tables that install wi
 only reports; both lists were fixed on 2026-12-07 before any default was tuned.
 
 For each table and seed the recipe runs in this process exactly as a user runs it, in a fresh working directory:
-``recipes fit -c <config> --data.init_args.path <csv> --data.init_args.target <column> --data.init_args.categorical
-<the table's text columns> --seed_everything <seed> --data.init_args.seed <seed>`` (``configs/tabular_mlp.yaml``
-for classification, ``configs/regression_mlp.yaml`` for regression, ``--override KEY=VALUE`` added as
-``--KEY=VALUE``), then ``recipes predict`` with the same arguments and ``--ckpt_path best``, which writes the best
-checkpoint's predictions of the test split. The fit's wall time is measured around the in-process ``fit`` command
+``recipes fit -c <config> --data.init_args.path <csv> --data.init_args.target <column> --data.init_args.task <task>
+--data.init_args.categorical <the table's text columns> --seed_everything <seed> --data.init_args.seed <seed>``
+(``configs/tabular_mlp.yaml`` for classification, ``configs/regression_mlp.yaml`` for regression, ``--override
+KEY=VALUE`` added as ``--KEY=VALUE``), then ``recipes predict`` with the same arguments and ``--ckpt_path best``,
+which writes the best checkpoint's predictions of the test split. The fit's wall time is measured around the in-process ``fit`` command
 (no process start-up; each working directory gets a copy of an empty, already-migrated MLflow store, as a user's
 second run finds it). The baselines are fitted on exactly the recipe's train split and scored on its test split:
 the row positions come from the recipe's own data module (``TabularDataModule`` built as the config builds it,
@@ -135,7 +135,7 @@ def recipe_arguments(table: Table, csv: Path, categorical: list[str], seed: int,
                      overrides: list[tuple[str, str]]) -> list[str]:
     """The command-line arguments a user adds to ``recipes fit|predict -c <config>`` for this table and seed."""
     return ["--data.init_args.path", str(csv), "--data.init_args.target", table.target,
-            "--data.init_args.categorical", json.dumps(categorical),
+            "--data.init_args.task", table.task, "--data.init_args.categorical", json.dumps(categorical),
             "--seed_everything", str(seed), "--data.init_args.seed", str(seed),
             *[f"--{key}={value}" for key, value in overrides]]
 
@@ -149,7 +149,7 @@ def data_settings(config: Path, table: Table, csv: Path, categorical: list[str],
     if data["class_path"].rsplit(".", 1)[-1] != "TabularDataModule":
         raise SystemExit(f"{config}: the suite needs a TabularDataModule recipe, not {data['class_path']}")
     settings = dict(data.get("init_args", {}))
-    settings.update(path=str(csv), target=table.target, categorical=categorical, seed=seed)
+    settings.update(path=str(csv), target=table.target, task=table.task, categorical=categorical, seed=seed)
     for key, value in overrides:
         if key.startswith("data.init_args."):
             settings[key.removeprefix("data.init_args.")] = yaml.safe_load(value)
@@ -332,8 +332,10 @@ def fit_recipe(table: Table, config: Path, arguments: list[str], rows: dict[str,
             seconds = time.perf_counter() - start
             FITS["recipe"] += 1
             predictions_path = Path(tmp) / "test_predictions.csv"
+            start = time.perf_counter()
             run_command(["predict", "-c", str(config), *arguments, "--ckpt_path", "best",
                          "--predictions_path", str(predictions_path)], verbose)
+            predict_seconds = time.perf_counter() - start
             predictions = pd.read_csv(predictions_path)
     finally:
         if saved_uri is not None:
@@ -351,6 +353,7 @@ def fit_recipe(table: Table, config: Path, arguments: list[str], rows: dict[str,
     else:
         metrics = regression_metrics(y, predictions["prediction"].to_numpy(dtype=np.float64))
     metrics["fit_seconds"] = seconds
+    metrics["predict_seconds"] = predict_seconds
     return metrics
 
 
@@ -589,12 +592,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     seeds = args.seeds or (QUICK_SEEDS if args.quick else SEEDS)
     overrides = parse_overrides(args.override)
     configs = {"classification": args.recipe_config.resolve(), "regression": args.regression_config.resolve()}
-    header = (f"Tabular suite, {args.set} set ({len(names)} tables{', quick' if args.quick else ''}), seeds 0-{seeds - 1}; "
+    quick = ", quick" if args.quick else ""
+    header = (f"Tabular suite, {args.set} set ({len(names)} tables{quick}), seeds 0-{seeds - 1}; "
               f"recipes `{os.path.relpath(configs['classification'], REPO)}` / "
               f"`{os.path.relpath(configs['regression'], REPO)}`"
               + (f", overrides {' '.join(args.override)}" if args.override else "")
               + f". Measured {environment()}.")
     print(header, flush=True)
+    started = time.perf_counter()
     rows, meta = [], {}
     for name in names:
         table = TABLES[name]
@@ -613,6 +618,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     text = report(rows, meta, header)
     print()
     print(text.split("\n", 2)[2])
+    print(f"- this run: {time.perf_counter() - started:.0f} s (fits of cached results skipped)")
     markdown = args.markdown
     if args.json:
         args.json.write_text(json.dumps({"header": header, "rows": rows, "tables": meta,
