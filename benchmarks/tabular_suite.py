@@ -15,11 +15,12 @@ For each table and seed the recipe runs in this process exactly as a user runs i
 --data.init_args.categorical <the table's text columns> --seed_everything <seed> --data.init_args.seed <seed>``
 (``configs/tabular_mlp.yaml`` for classification, ``configs/regression_mlp.yaml`` for regression, ``--override
 KEY=VALUE`` added as ``--KEY=VALUE``), then ``recipes predict`` with the same arguments and ``--ckpt_path best``,
-which writes the best checkpoint's predictions of the test split. The fit's wall time is measured around the in-process ``fit`` command
-(no process start-up; each working directory gets a copy of an empty, already-migrated MLflow store, as a user's
-second run finds it). The baselines are fitted on exactly the recipe's train split and scored on its test split:
-the row positions come from the recipe's own data module (``TabularDataModule`` built as the config builds it,
-``split_rows`` after ``setup``), and the rows the recipe predicted are checked to be that test split.
+which writes the best checkpoint's predictions of the test split. The fit's wall time is measured around the
+in-process ``fit`` command (no process start-up; each working directory gets a copy of an empty, already-migrated
+MLflow store, as a user's second run finds it). The baselines are fitted on exactly the recipe's train split and
+scored on its test split: the row positions come from the recipe's own data module (``TabularDataModule`` built as
+the config builds it, ``split_rows`` after ``setup``), and the rows the recipe predicted are checked to be that test
+split.
 
 Baselines, default settings: ``lightgbm.LGBMClassifier/LGBMRegressor(verbose=-1)`` and scikit-learn's
 ``HistGradientBoostingClassifier/Regressor(categorical_features="from_dtype", random_state=seed)`` with the text

@@ -103,3 +103,25 @@ def test_one_table_one_seed_every_method_on_the_recipes_split_and_the_cache_reus
     suite.FITS.clear()
     suite.main([*argv, "--override", "model.init_args.model.init_args.dropout=0.0"])
     assert dict(suite.FITS) == {"recipe": 1}
+
+
+def test_regression_baselines_with_categorical_columns_on_the_recipes_split(suite, tmp_path):
+    """carseats (3 text columns, a numeric target): the baselines fit on the data module's train split without the
+    recipe; the trivial predictor is the train mean, and each model beats it."""
+    table = suite.TABLES["carseats"]
+    csv = suite.table_csv(table, tmp_path)
+    frame = suite.read_csv(csv)
+    categorical = suite.categorical_columns(frame, table.target)
+    assert categorical == ["ShelveLoc", "Urban", "US"]
+    settings = suite.data_settings(suite.CONFIGS["regression"], table, csv, categorical, 1, [])
+    dm, rows, _ = suite.recipe_split(settings)
+    assert settings["task"] == "regression" and dm.split_sizes == {s: len(r) for s, r in rows.items()}
+    y = frame[table.target].to_numpy(dtype=np.float64)
+    targets = {s: y[r] for s, r in rows.items()}
+    x_train, _ = suite.baseline_frames(frame, table.target, categorical, rows)
+    assert all(str(x_train[c].dtype) == "category" for c in categorical)
+    metrics = suite.fit_baselines("regression", frame, table.target, categorical, rows, targets, None, 1)
+    trivial = float(np.sqrt(np.mean((targets["test"] - targets["train"].mean()) ** 2)))
+    assert metrics["trivial"]["rmse"] == pytest.approx(trivial)
+    for name in ("lightgbm", "hgb", "linear"):
+        assert 0 < metrics[name]["rmse"] < trivial, name
