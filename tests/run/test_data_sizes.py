@@ -52,11 +52,11 @@ def first_layer_width(cli: RecipesCLI) -> int:
 def test_a_table_with_one_more_column_trains_without_changing_the_recipe(data_dir):
     table = pd.read_csv(REPO / "data" / "churn.csv")
     cli = RecipesCLI(args=["fit", "-c", str(TABULAR), *FAST])
-    assert first_layer_width(cli) == cli.datamodule.in_features == 18
+    assert first_layer_width(cli) == cli.datamodule.in_features == 21  # 4 numbers, 3 blocks with <unknown>, <missing>
     table.insert(1, "tenure_days", range(len(table)))  # one more numeric column
     table.to_csv(data_dir / "wider.csv", index=False)
     cli = RecipesCLI(args=["fit", "-c", str(TABULAR), "--data.init_args.path", "wider.csv", *FAST])
-    assert first_layer_width(cli) == cli.datamodule.in_features == 19
+    assert first_layer_width(cli) == cli.datamodule.in_features == 22
     assert cli.model.num_classes == 2 and cli.model.model.net[-1].out_features == 2
 
 
@@ -69,8 +69,8 @@ def test_a_binary_classifier_gets_one_output(data_dir):
     ("recipe", "extra", "message"),
     [
         (TABULAR, ["--model.init_args.model.init_args.in_features", "17"],
-         "model.init_args.model.init_args.in_features is 17 in the config, but TabularDataModule has in_features 18: "
-         "leave in_features out of the recipe (the data sets it) or make it 18"),
+         "model.init_args.model.init_args.in_features is 17 in the config, but TabularDataModule has in_features 21: "
+         "leave in_features out of the recipe (the data sets it) or make it 21"),
         (TABULAR, ["--model.init_args.model.init_args.out_features", "3"],
          "out_features is 3 in the config, but TabularDataModule has out_features 2"),
         (TABULAR, ["--data.init_args.task", "regression", "--data.init_args.class_balance", "false"],
@@ -112,6 +112,20 @@ def test_a_users_network_receives_the_sizes_it_names(workdir):
     cli = RecipesCLI(args=["fit", "-c", str(SPIRAL), "--model.init_args.model", f"{__name__}.OwnNetwork", *FAST])
     assert isinstance(cli.model.model, OwnNetwork)
     assert cli.model.model.net[0].in_features == 2 and cli.model.model.net[-1].out_features == 3
+
+
+class NumericEmbeddingNetwork(OwnNetwork):
+    """A network that embeds the leading numeric features: receives numeric_features by name too."""
+
+    def __init__(self, in_features: int, num_classes: int, numeric_features: int = 0) -> None:
+        super().__init__(in_features, num_classes)
+        self.numeric_features = numeric_features
+
+
+def test_a_network_that_names_numeric_features_receives_the_tables_count(data_dir):
+    network = f"{__name__}.NumericEmbeddingNetwork"
+    cli = RecipesCLI(args=["fit", "-c", str(TABULAR), "--model.init_args.model", network, *FAST])
+    assert cli.model.model.numeric_features == cli.datamodule.numeric_features == 4
 
 
 def test_checkpoint_hyperparameters_hold_only_what_the_classes_take(data_dir):
