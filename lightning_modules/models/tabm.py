@@ -38,7 +38,9 @@ class BatchEnsembleLinear(nn.Module):
     ) -> None:
         super().__init__()
         if scaling_init not in ("random-signs", "ones"):
-            raise ValueError(f"BatchEnsembleLinear: scaling_init must be 'random-signs' or 'ones', got {scaling_init!r}")
+            raise ValueError(
+                f"BatchEnsembleLinear: scaling_init must be 'random-signs' or 'ones', got {scaling_init!r}"
+            )
         self.in_features, self.out_features, self.k = in_features, out_features, k
         self.scaling_init = scaling_init
         #: the shared weight W, ``(out_features, in_features)``
@@ -152,7 +154,9 @@ class TabM(nn.Module):
         if in_features < 1 or out_features < 1:
             raise ValueError(f"TabM: in_features and out_features must be >= 1, got {in_features}, {out_features}")
         if not 0 <= numeric_features <= in_features:
-            raise ValueError(f"TabM: numeric_features must be in [0, in_features={in_features}], got {numeric_features}")
+            raise ValueError(
+                f"TabM: numeric_features must be in [0, in_features={in_features}], got {numeric_features}"
+            )
         if k < 1:
             raise ValueError(f"TabM: k (the number of ensemble members) must be >= 1, got {k}")
         if not hidden_sizes or any(h < 1 for h in hidden_sizes):

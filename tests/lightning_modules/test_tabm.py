@@ -43,7 +43,8 @@ def expected_plr(x: list[list[float]], c: list[list[float]], weight, bias) -> to
                 math.sin(2 * math.pi * cj * value) for cj in c[f]
             ]
             w, b = weight(f), bias(f)
-            feats.append([max(0.0, sum(w[o][m] * periodic[m] for m in range(len(periodic))) + b[o]) for o in range(len(b))])
+            linear = [sum(w[o][m] * periodic[m] for m in range(len(periodic))) + b[o] for o in range(len(b))]
+            feats.append([max(0.0, value) for value in linear])
         rows.append(feats)
     return torch.tensor(rows)
 
