@@ -20,7 +20,7 @@ from datamodules.preprocessing import Standardizer
 #: The ways a numeric column can be scaled (``scaling`` of ``ColumnEncoder`` and ``TabularDataModule``).
 ScalingKind = Literal["standard", "quantile", "robust"]
 SCALINGS: tuple[str, ...] = ("standard", "quantile", "robust")
-#: At most this many quantiles per column (scikit-learn's ``QuantileTransformer`` default ``n_quantiles``).
+#: At most this many quantiles per column (scikit-learn's ``QuantileTransformer`` defaults to 1,000).
 MAX_QUANTILES = 1024
 #: Quantile levels are kept this far from 0 and 1, so the normal's inverse CDF stays finite (about +-5.2).
 LEVEL_MARGIN = 1e-7
@@ -90,8 +90,10 @@ class QuantileScaler:
                 continue
             references = np.linspace(0.0, 1.0, len(quantiles))
             level = 0.5 * (np.interp(x, quantiles, references) - np.interp(-x, -quantiles[::-1], -references[::-1]))
-            level[x + LEVEL_MARGIN > quantiles[-1]] = 1.0
-            level[x - LEVEL_MARGIN < quantiles[0]] = 0.0
+            # no clamp of the values at the train minimum/maximum to levels 0/1 (scikit-learn's QuantileTransformer
+            # clamps them): a value held by many rows at an end of the range (the zeros of a zero-inflated count,
+            # and the rows imputed with that median) would land at -5.2 instead of the middle of its levels;
+            # values beyond the train range still get level 0 or 1 from np.interp
             levels[:, j] = level
         clipped = np.clip(levels, LEVEL_MARGIN, 1.0 - LEVEL_MARGIN)
         return torch.special.ndtri(torch.from_numpy(clipped))

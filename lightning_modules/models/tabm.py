@@ -100,6 +100,18 @@ class LinearEnsemble(nn.Module):
         return torch.bmm(x.transpose(0, 1), self.weight).transpose(0, 1) + self.bias
 
 
+def first_adapter(k: int, in_features: int, embedded: int, d_embedding: int) -> Tensor:
+    """The first per-member input scaling r of TabM, ``(k, width)``, drawn per input column, as the reference
+    implementation (``tabm_reference``) draws it per feature: one value per column, shared by the ``d_embedding``
+    positions of each of the first ``embedded`` (embedded numeric) columns. Random signs +-1 without embeddings;
+    N(0, 1) with them (the reference's ``first_adapter_init = "normal"`` when numerical embeddings are used)."""
+    if embedded == 0:
+        return torch.randint(0, 2, (k, in_features)).float().mul(2).sub(1)
+    values = torch.randn(k, in_features)
+    repeats = torch.tensor([d_embedding] * embedded + [1] * (in_features - embedded))
+    return values.repeat_interleave(repeats, dim=1)
+
+
 class TabM(nn.Module):
     """TabM: an efficient ensemble of k MLPs sharing one backbone; returns the k members' outputs, not averaged.
 
@@ -107,9 +119,10 @@ class TabM(nn.Module):
     batch (the training loss is the mean of the members' losses) and evaluate and predict with the ensemble (mean
     probability, mean prediction). The input row is copied to the k members at the first layer.
 
-    ``arch="tabm"``: every hidden layer is a ``BatchEnsembleLinear`` (the first one's r random signs +-1, the other
-    r and all s ones). ``arch="mini"`` (TabM-mini): one per-member scaling r (random signs) of the input, then a
-    plain MLP shared by the members. Both end in k independent output heads (``LinearEnsemble``). Each hidden layer
+    ``arch="tabm"``: every hidden layer is a ``BatchEnsembleLinear`` (the first one's r drawn per input column by
+    ``first_adapter``: random signs +-1, or N(0, 1) with embeddings, one value per embedded feature; the other r and
+    all s ones). ``arch="mini"`` (TabM-mini): one per-member scaling r of the input (``first_adapter``), then a plain
+    MLP shared by the members. Both end in k independent output heads (``LinearEnsemble``). Each hidden layer
     is Linear -> activation -> dropout.
 
     With ``embedding="periodic"`` the first ``numeric_features`` input columns (scaled numeric features) are
@@ -182,8 +195,10 @@ class TabM(nn.Module):
             else None
         )
         width = in_features + (numeric_features * (d_embedding - 1) if self.embeddings is not None else 0)
-        #: TabM-mini's per-member input scaling r, ``(k, width)``, random signs; ``None`` for arch="tabm"
-        self.adapter = nn.Parameter(torch.randint(0, 2, (k, width)).float().mul(2).sub(1)) if arch == "mini" else None
+        embedded = numeric_features if self.embeddings is not None else 0
+        first_scaling = first_adapter(k, in_features, embedded, d_embedding)
+        #: TabM-mini's per-member input scaling r, ``(k, width)`` (see ``first_adapter``); ``None`` for arch="tabm"
+        self.adapter = nn.Parameter(first_scaling) if arch == "mini" else None
         blocks: list[nn.Module] = []
         for i, hidden in enumerate(hidden_sizes):
             if arch == "tabm":
@@ -191,6 +206,9 @@ class TabM(nn.Module):
             else:
                 linear = nn.Linear(width, hidden)
             block = [linear, ACTIVATIONS[activation]()] + ([nn.Dropout(dropout)] if dropout > 0 else [])
+            if arch == "tabm" and i == 0:
+                with torch.no_grad():
+                    linear.r.copy_(first_scaling)  # type: ignore[union-attr]
             blocks.append(nn.Sequential(*block))
             width = hidden
         #: the hidden layers, each Linear (``BatchEnsembleLinear`` for arch="tabm") -> activation -> [dropout]
@@ -214,4 +232,4 @@ class TabM(nn.Module):
         return self.head(self.backbone(x))
 
 
-__all__ = ["BatchEnsembleLinear", "LinearEnsemble", "TabM"]
+__all__ = ["BatchEnsembleLinear", "LinearEnsemble", "TabM", "first_adapter"]

@@ -66,7 +66,7 @@ class LoopDoctor(ForwardingCallback):
         unused_parameters: Warn about trainable parameters that get no gradient at the first optimizer step (frozen
             ones are left alone).
         baseline: Compare the last validation's accuracy or RMSE with the trivial predictor's (the train split's
-            majority class or mean) on the same rows (a finding beyond one standard error), and flag ``val/acc`` as the
+            majority class or mean) on the same rows (a finding beyond two standard errors), and flag ``val/acc`` as the
             monitor of a skewed table.
         baseline_skew_threshold: The majority class's share of the train split from which a monitored accuracy is
             flagged.

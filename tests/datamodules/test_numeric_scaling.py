@@ -32,12 +32,24 @@ def test_the_quantile_map_is_scikit_learns_quantile_transformer_to_a_normal(n):
     assert [len(q) for q in ours.quantiles] == [min(1024, n)] * 3
     for rows in (train, new):
         mine = ours.transform(torch.from_numpy(rows)).numpy()
-        # equal but for the clipped ends: ndtri(1 - 1e-7) here, norm.ppf(1 - (1e-7 - 2.2e-16)) there (4e-10 apart)
-        assert np.abs(mine - theirs.transform(rows)).max() < 1e-8
+        # equal but for the clipped ends (ndtri(1 - 1e-7) here, norm.ppf(1 - (1e-7 - 2.2e-16)) there: 4e-10 apart),
+        # and for values equal to the train minimum or maximum: scikit-learn clamps them to level 0 or 1, here a
+        # value many rows share takes the middle of its levels, as inside the range
+        at_an_end = (rows == train.min(axis=0)) | (rows == train.max(axis=0))
+        assert np.abs(mine - theirs.transform(rows))[~at_an_end].max() < 1e-8
     out = ours.transform(torch.from_numpy(train))
     inner = out[:, 0][out[:, 0].abs() < 5]  # the smallest and largest value sit at the clipped ends, +-5.2
     assert len(inner) == n - 2 and abs(inner.mean().item()) < 0.01 and abs(inner.std().item() - 1.0) < 0.05  # ~N(0, 1)
     assert out.abs().max().item() == pytest.approx(5.1993375, abs=1e-6)  # ndtri(1e-7) and ndtri(1 - 1e-7): the ends
+
+
+def test_a_value_many_rows_share_at_the_train_minimum_takes_the_middle_of_its_levels_not_the_end():
+    # a zero-inflated count: 3 of 5 train rows are 0 (scikit-learn's QuantileTransformer maps them to -5.2)
+    scaler = QuantileScaler().fit(column([0.0, 0.0, 0.0, 1.0, 2.0]))
+    out = scaler.transform(column([0.0, 1.0, 2.0, 5.0, -1.0])).flatten().tolist()
+    assert out[0] == pytest.approx(-0.6744897, abs=1e-6)  # level 0.25, the middle of 0's levels [0, 0.5]
+    assert out[1] == pytest.approx(0.6744897, abs=1e-6)  # level 0.75
+    assert out[2] == out[3] == pytest.approx(5.1993375, abs=1e-6) and out[4] == pytest.approx(-5.1993375, abs=1e-6)
 
 
 def test_a_constant_column_maps_to_zero_and_missing_values_are_left_out_of_the_quantiles():

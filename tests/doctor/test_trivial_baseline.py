@@ -87,7 +87,7 @@ def test_a_regression_worse_than_the_train_mean_is_a_finding_naming_both_rmses()
     trivial = float(((y[90:].double() - y[:90].double().mean()) ** 2).mean().sqrt())
     assert check.trivial["val/rmse"] == pytest.approx(trivial)
     [finding] = [f for f in check.findings if f.check == "baseline"]
-    assert "val/rmse 100" in finding.message and f"({trivial:.4g} on the same rows, standard error" in finding.message
+    assert "val/rmse 100" in finding.message and f"({trivial:.4g} on the same rows, 2 standard errors" in finding.message
 
 
 def test_a_classifier_that_learns_gets_a_note_not_a_finding():

@@ -200,3 +200,15 @@ def test_tabm_argument_errors(kwargs, message):
 def test_tabm_wrong_input_width_is_one_line():
     with pytest.raises(ValueError, match=r"TabM\(in_features=4\) expects input of shape \(batch, 4\), got \(2, 5\)"):
         TabM(4, 2, k=2, hidden_sizes=[3])(torch.randn(2, 5))
+
+
+def test_the_first_adapter_is_drawn_per_feature_normal_with_embeddings_as_the_reference_does():
+    torch.manual_seed(0)
+    model = TabM(5, 2, numeric_features=2, k=4, hidden_sizes=[8], embedding="periodic", d_embedding=3)
+    r = model.backbone[0][0].r.detach()
+    assert r.shape == (4, 2 * 3 + 3)
+    # one value per embedded feature, shared by its 3 embedding positions; the 3 other columns one each
+    assert torch.equal(r[:, 0:3], r[:, :1].expand(-1, 3)) and torch.equal(r[:, 3:6], r[:, 3:4].expand(-1, 3))
+    assert not set(r.unique().tolist()) <= {-1.0, 1.0}  # N(0, 1), not signs
+    mini = TabM(5, 2, numeric_features=2, k=4, hidden_sizes=[8], embedding="periodic", d_embedding=3, arch="mini")
+    assert torch.equal(mini.adapter[:, 0:3], mini.adapter[:, :1].expand(-1, 3).detach())
