@@ -214,8 +214,8 @@ def baseline_frames(frame: Any, target: str, categorical: list[str], rows: dict[
     for column in categorical:
         dtype = pd.CategoricalDtype(sorted(train[column].dropna().astype(str).unique()))
         for part in (train, test):
-            part[column] = part[column].astype("string").astype(object).where(part[column].notna(), None)
-            part[column] = part[column].astype(dtype)
+            values = part[column].astype("string").astype(object).where(part[column].notna(), None)
+            part[column] = values.where(values.isin(dtype.categories), None).astype(dtype)  # unseen: missing
     return train.reset_index(drop=True), test.reset_index(drop=True)
 
 
