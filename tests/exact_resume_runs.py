@@ -71,9 +71,12 @@ class CrashAtStep(Callback):
 
 
 RECIPE = "tabular_mlp"
+#: the tabular recipe as it was before issue 55 (MLP, Plateau, class-balanced sampling): these runs were built on it
+BEFORE_55 = REPO / "tests" / "data" / "configs" / "tabular_before_55.yaml"
 
 
 ARGS = [
+    "-c", str(BEFORE_55),
     "--trainer.max_epochs", "8",
     "--early_stopping_patience", "2",
     "--model.init_args.schedule.init_args.patience", "0",

@@ -34,9 +34,9 @@ from tests.conftest import (
 SPIRAL_EPOCHS = 2
 
 
-def fit_on_two_processes(directory: Path, recipe: Path, epochs: int) -> subprocess.CompletedProcess:
+def fit_on_two_processes(directory: Path, recipe: Path, epochs: int, *extra: str) -> subprocess.CompletedProcess:
     """`python -m recipes fit -c <recipe> -c ddp.yaml` on 2 CPU processes in ``directory`` (embedded MLflow)."""
-    return on_two_processes(directory, "fit", recipe, "--trainer.max_epochs", str(epochs))
+    return on_two_processes(directory, "fit", recipe, "--trainer.max_epochs", str(epochs), *extra)
 
 
 def the_run(directory: Path, experiment: str):
@@ -182,7 +182,10 @@ def test_spiral_predict_on_two_processes_writes_every_sample_in_order(spiral_ddp
     [("tabular_mlp", "ClassBalancedSampler"), ("text_transformer", "LengthBucketBatchSampler")],
 )
 def test_file_backed_recipe_on_two_processes_shards_its_sampler(tmp_path, recipe, sampler):
-    out = fit_on_two_processes(tmp_path, CONFIGS / f"{recipe}.yaml", epochs=1)
+    # the tabular recipe samples classes evenly on request (class_balance), at a fixed batch size of 64
+    balanced = ["--data.init_args.class_balance", "true", "--data.init_args.batch_size", "64"]
+    extra = balanced if recipe == "tabular_mlp" else []
+    out = fit_on_two_processes(tmp_path, CONFIGS / f"{recipe}.yaml", 1, *extra)
     assert lightning_noise(out.stdout + out.stderr) == []
     run = the_run(tmp_path, recipe)
     p = run.data.params

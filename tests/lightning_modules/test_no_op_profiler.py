@@ -17,7 +17,7 @@ from lightning_modules.models import MLP
 from lightning_modules.no_op_profiler import NOTHING_TO_PROFILE, NoOpProfiler
 from recipes import cli
 
-from conftest import SPIRAL
+from tests.conftest import SPIRAL
 
 
 class HookCounter(Callback):

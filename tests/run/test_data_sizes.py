@@ -46,7 +46,8 @@ def data_dir(workdir: Path) -> Path:
 
 
 def first_layer_width(cli: RecipesCLI) -> int:
-    return next(m for m in cli.model.model.modules() if isinstance(m, nn.Linear)).in_features
+    """The width the recipe's network (TabM, or any network with ``in_features``) was built for."""
+    return cli.model.model.in_features
 
 
 def test_a_table_with_one_more_column_trains_without_changing_the_recipe(data_dir):
@@ -57,12 +58,13 @@ def test_a_table_with_one_more_column_trains_without_changing_the_recipe(data_di
     table.to_csv(data_dir / "wider.csv", index=False)
     cli = RecipesCLI(args=["fit", "-c", str(TABULAR), "--data.init_args.path", "wider.csv", *FAST])
     assert first_layer_width(cli) == cli.datamodule.in_features == 22
-    assert cli.model.num_classes == 2 and cli.model.model.net[-1].out_features == 2
+    assert cli.model.model.numeric_features == cli.datamodule.numeric_features == 5  # embedded one by one
+    assert cli.model.num_classes == 2 and cli.model.model.head.out_features == 2
 
 
 def test_a_binary_classifier_gets_one_output(data_dir):
     cli = RecipesCLI(args=["fit", "-c", str(TABULAR), "--model.init_args.task", "binary", *FAST])
-    assert cli.model.num_classes == 2 and cli.model.model.net[-1].out_features == 1
+    assert cli.model.num_classes == 2 and cli.model.model.head.out_features == 1
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from recipes.run.recipes_cli import RecipesCLI
 from recipes.callbacks.callback_group import CallbackGroup
 from recipes.run.callback_table import RECIPE_CALLBACKS, RecipeRun, callback_names, flat, recipe_callbacks
 
-from conftest import SPIRAL
+from tests.conftest import SPIRAL
 
 
 def run_of(stage: str, **overrides) -> RecipeRun:

@@ -67,8 +67,10 @@ def test_digits_recipe_reaches_the_svc_on_its_split(digits_run):
 def test_tabular_mlp_beats_chance_ranking_with_early_stopping(workdir):
     metrics = fit_and_test(workdir, "tabular_mlp")
     assert metrics["test/auroc"] >= 0.72  # HistGradientBoosting on the same split: 0.75
+    # issue 55: the class-balanced MLP scored 0.727 accuracy under the majority class's 0.8667; TabM 0.8933
+    assert metrics["test/acc"] >= 0.8667
     fit = runs_of(workdir, "tabular_mlp")[0]
-    assert fit.data.params["schedule"] == "Plateau"
+    assert fit.data.params["schedule"] == "Constant" and fit.data.params["network"] == "TabM"
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from recipes.tracking.logger import RecipeLogger
 from recipes.tracking.uris import TrackingServerUnreachable, check_tracking_server
 from recipes.tracking.failures import short_reason
 
-from conftest import mlflow_client
+from tests.conftest import mlflow_client
 
 
 # --- CheckpointUploader -----------------------------------------------------------------------------------------
