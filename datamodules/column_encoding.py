@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from datamodules.numeric_scaling import SCALINGS, NumericScaler, ScalingKind, fit_scaler
-from datamodules.numeric_scaling import QuantileScaler, RobustScaler
+from datamodules.numeric_scaling import SCALINGS, STATEFUL_SCALERS, NumericScaler, ScalingKind, fit_scaler
+from datamodules.numeric_scaling import observed_columns
 from datamodules.preprocessing import Standardizer
 
 if TYPE_CHECKING:  # pandas is imported when a table is encoded, not at start-up
@@ -329,7 +329,7 @@ class ColumnEncoder:
                 )
             self.scaler = fit_scaler(self.scaling, values)
             if self.imputes:
-                self.fill = [float(np.median(column[~np.isnan(column)])) for column in values.numpy().T]
+                self.fill = [float(np.median(column)) for column in observed_columns(values)]
                 self.indicators = [name for j, name in enumerate(self.numeric_columns) if bool(missing[:, j].any())]
         self.vocabularies = {}
         for name in self.categorical_columns:
@@ -423,15 +423,12 @@ class ColumnEncoder:
         self.scaling = state_dict.get("scaling", "standard")
         self.fill = [float(v) for v in state_dict.get("numeric_fill", [])]
         self.indicators = list(state_dict.get("missing_indicators", []))
-        standard = Standardizer()
-        self.scaler = standard
-        if self.scaling == "quantile":
-            self.scaler = QuantileScaler()
+        if self.scaling in STATEFUL_SCALERS:
+            self.scaler = STATEFUL_SCALERS[self.scaling]()
             self.scaler.load_state_dict(state_dict["numeric_scaler"])
-        elif self.scaling == "robust":
-            self.scaler = RobustScaler()
-            self.scaler.load_state_dict(state_dict["numeric_scaler"])
-        elif self.numeric_columns:
-            standard.mean = torch.tensor(state_dict["numeric_mean"], dtype=torch.float64)
-            standard.std = torch.tensor(state_dict["numeric_std"], dtype=torch.float64)
+        else:
+            self.scaler = Standardizer()
+            if self.numeric_columns:
+                self.scaler.mean = torch.tensor(state_dict["numeric_mean"], dtype=torch.float64)
+                self.scaler.std = torch.tensor(state_dict["numeric_std"], dtype=torch.float64)
         self.fitted = True

@@ -160,18 +160,24 @@ class RobustScaler:
 NumericScaler = Union[Standardizer, QuantileScaler, RobustScaler]
 
 
+#: The scalers that save their own state (``state_dict``), by ``scaling``; a ``Standardizer``'s mean and std are kept
+#: in the encoding's own ``numeric_mean``/``numeric_std`` (the layout of encodings saved before the other scalings).
+STATEFUL_SCALERS: dict[str, type[QuantileScaler] | type[RobustScaler]] = {
+    "quantile": QuantileScaler,
+    "robust": RobustScaler,
+}
+
+
 def fit_scaler(scaling: str, values: Tensor) -> NumericScaler:
     """The scaler of kind ``scaling`` fitted on ``values`` (float64, NaN: missing, left out of the statistics)."""
     if scaling == "standard":
         return fit_standardizer(values)
-    if scaling == "quantile":
-        return QuantileScaler().fit(values)
-    if scaling == "robust":
-        return RobustScaler().fit(values)
+    if scaling in STATEFUL_SCALERS:
+        return STATEFUL_SCALERS[scaling]().fit(values)
     raise ValueError(f"scaling must be one of {list(SCALINGS)}, got {scaling!r}")
 
 
 __all__ = [
     "LEVEL_MARGIN", "MAX_QUANTILES", "NumericScaler", "QuantileScaler", "RobustScaler", "SCALINGS", "SMOOTH_CLIP",
-    "ScalingKind", "fit_scaler", "fit_standardizer", "observed_columns",
+    "STATEFUL_SCALERS", "ScalingKind", "fit_scaler", "fit_standardizer", "observed_columns",
 ]
