@@ -17,7 +17,8 @@ Two details make it exact:
   resume before it has restored the epoch at all), so a pass drawn then would follow the wrong epoch's order. This
   loader's ``iter()`` returns a ``LoaderPass`` that starts torch's iterator at the first ``next()``.
 
-The position is applied where it costs nothing: a sampler or batch sampler with ``load_state_dict`` (loopwise's)
+The position is applied where it costs nothing: a dataset that keeps its own order (``PositionedStream``: a streamed
+table) is told the epoch and the batches done before its workers start; a sampler or batch sampler with ``load_state_dict`` (loopwise's)
 starts there. Any other (e.g. the ``DistributedSampler`` Lightning puts in place under DDP) is fast-forwarded by
 fetching and dropping the batches already trained (exact, but those batches are read again).
 """
@@ -25,7 +26,7 @@ fetching and dropping the batches already trained (exact, but those batches are 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from torch.utils.data import DataLoader
 
@@ -41,6 +42,17 @@ def pass_epoch(loader: DataLoader) -> int | None:
         if isinstance(epoch, int):
             return epoch
     return None
+
+
+@runtime_checkable
+class PositionedStream(Protocol):
+    """An ``IterableDataset`` that keeps its own order: ``epoch`` is the epoch of its next pass, and
+    ``start_pass(epoch, batches)`` makes that pass the one of ``epoch``, starting after its first ``batches``
+    batches (``StreamingTableDataset``)."""
+
+    epoch: int
+
+    def start_pass(self, epoch: int, batches: int) -> None: ...
 
 
 class LoaderPass(Iterator):
@@ -76,11 +88,16 @@ class ResumableDataLoader(DataLoader):
     def begin_pass(self) -> Iterator[Any]:
         """Start a pass (called by its first ``next()``): after the batches a loaded state says are done, when it
         is for this pass's epoch. Returns torch's iterator, positioned."""
-        epoch = pass_epoch(self)
+        stream = self.dataset if isinstance(self.dataset, PositionedStream) else None
+        epoch = stream.epoch if stream is not None else pass_epoch(self)
         resume, self._resume = self._resume, None
+        if stream is not None and resume is not None and resume[0] is not None:
+            epoch = resume[0]  # a stream's pass follows the saved epoch (a new loader's stream starts at epoch 0)
         skip = resume[1] if resume is not None and resume[0] in (None, epoch) else 0
         self._pass_epoch, self._batches = epoch, skip
-        positioned = skip == 0 or self.position_samplers(epoch, skip)
+        if stream is not None:  # before torch's iterator: the workers get the dataset as it is then
+            stream.start_pass(epoch, skip)
+        positioned = skip == 0 or stream is not None or self.position_samplers(epoch, skip)
         iterator = super().__iter__()
         if not positioned:
             for _ in range(skip):  # a sampler that cannot start part-way: read and drop the batches done
