@@ -41,8 +41,12 @@ def row_hashes(keys: np.ndarray, seed: int) -> np.ndarray:
     """A stable uint64 hash of each key (numbers, strings or row numbers), different for each ``seed``."""
     import pandas as pd
 
-    hash_key = f"{seed & 0xFFFFFFFFFFFFFFFF:016x}"  # SipHash's 16-character key
-    return pd.util.hash_array(np.asarray(keys), hash_key=hash_key, categorize=False)
+    keys = np.asarray(keys)
+    if keys.dtype.kind in "USb":  # fixed-width text and booleans hash as Python objects
+        keys = keys.astype(object)
+    hashes = pd.util.hash_array(keys, categorize=False)  # numbers mixed, strings SipHash'ed
+    salt = np.uint64((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF)
+    return pd.util.hash_array(hashes ^ salt, categorize=False)  # the seed's salt mixed in
 
 
 def split_codes(hashes: np.ndarray, val_fraction: float, test_fraction: float) -> np.ndarray:
