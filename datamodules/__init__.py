@@ -6,6 +6,7 @@ from datamodules.char_lm import CharLMDataModule
 from datamodules.digits import DigitsDataModule
 from datamodules.image_folder import ImageFolderDataModule
 from datamodules.spiral import SpiralDataModule
+from datamodules.streaming_table import StreamingTableDataModule
 from datamodules.synthetic import SyntheticDataModule
 from datamodules.tabular import TabularDataModule
 from datamodules.text_classification import TextClassificationDataModule
@@ -17,6 +18,7 @@ __all__ = [
     "DigitsDataModule",
     "ImageFolderDataModule",
     "SpiralDataModule",
+    "StreamingTableDataModule",
     "SyntheticDataModule",
     "TabularDataModule",
     "TextClassificationDataModule",

@@ -38,6 +38,9 @@ Members (what, when the recipes ask, default without it):
 * ``state_dict()`` and ``load_state_dict(state)`` (``DataState``, Lightning's own hooks): the data's fitted state
   (encodings, vocabularies, class names), saved in every checkpoint and loaded before any size is read when a
   checkpoint is evaluated. Default: nothing restored.
+* ``source_digest`` (``SourceDigest``): the data module's own digest of its source, the run's dataset inputs' and
+  the data guard's, instead of the bytes of ``path``/``root`` (a streamed table: its Parquet metadata). Default: the
+  bytes are read (once per command).
 * ``loader_settings`` and ``new_data_settings`` on the class (``SettingsOutsideSplit``): constructor arguments
   that never choose which rows a split holds (how rows are batched and moved; the new data ``predict`` reads).
   The data guard compares every other setting of an evaluation with the checkpoint's (Lightning's ``hparams``,
@@ -234,6 +237,19 @@ def source_paths_of(datamodule: Any) -> list[Any]:
     return found + ([datamodule.root] if isinstance(datamodule, DataFolder) else [])
 
 
+@runtime_checkable
+class SourceDigest(Protocol):
+    """``source_digest``: the data module's own digest of its source, for a source too large to read per command (a
+    streamed table: its Parquet metadata and row-group statistics), used instead of the bytes of ``path``."""
+
+    source_digest: str
+
+
+def source_digest_of(datamodule: Any) -> str | None:
+    """The data module's ``source_digest`` (default ``None``: the bytes of its ``path`` or ``root`` are read)."""
+    return str(datamodule.source_digest) if isinstance(datamodule, SourceDigest) else None
+
+
 def predicts_new_data(datamodule: Any) -> bool:
     """The data module's ``predicts_new_data()`` (default ``False``)."""
     return isinstance(datamodule, PredictsNewData) and bool(datamodule.predicts_new_data())
@@ -303,5 +319,5 @@ __all__ = [
     "class_names_of", "data_size", "data_state_of", "id_name_of", "load_data_state", "loader_settings_of",
     "new_data_of", "new_data_settings_of", "prediction_ids_of", "prediction_notes_of", "predicts_new_data",
     "raw_examples_of", "settings_outside_split", "source_paths_of", "split_datasets_of", "split_rows_of",
-    "split_sizes_of", "SplitRows",
+    "split_sizes_of", "SplitRows", "SourceDigest", "source_digest_of",
 ]

@@ -318,6 +318,14 @@ class StreamingTableDataModule(LightningDataModule):
         return self._fitted().feature_names
 
     @property
+    def source_digest(self) -> str:
+        """The files' identity from their Parquet metadata (names, row groups, sizes, column statistics): the run's
+        dataset input and the data guard's digest, without reading the rows."""
+        if self.source is None:
+            self.source = ParquetSource(self.path, owner=NAME)
+        return self.source.fingerprint
+
+    @property
     def split_sizes(self) -> dict[str, int]:
         """Rows per split (after ``setup``)."""
         return {name: int(counts.sum()) for name, counts in self.split_counts.items()}

@@ -18,11 +18,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Mapping
 from typing import Literal
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from datamodules.recipe_contract import batch_size_of
 from lightning_modules.recipe_contract import schedule_of
@@ -174,6 +175,8 @@ def plan_from_trainer(trainer: pl.Trainer, pl_module: pl.LightningModule) -> tup
     loader = trainer.train_dataloader
     if not isinstance(loader, DataLoader):
         return None, f"the train loader is a {type(loader).__name__}, not one DataLoader"
+    if isinstance(loader.dataset, IterableDataset):
+        return stream_plan(trainer, pl_module, loader)
     try:
         dataset_size = len(loader.dataset)  # type: ignore[arg-type]
     except TypeError:
@@ -307,3 +310,26 @@ __all__ = [
     "plan_training",
     "schedule_warmup_steps",
 ]
+
+
+def stream_plan(trainer: pl.Trainer, pl_module: pl.LightningModule,
+                loader: DataLoader) -> tuple[TrainingPlanFigures | None, str]:
+    """The plan of a streamed train split (an iterable dataset of whole batches, ``StreamingTableDataModule``): its
+    rows from the data module's ``split_sizes``, full batches only (the remainder is left out), the loader's length
+    as the batches per epoch and device."""
+    sizes = getattr(trainer.datamodule, "split_sizes", None)
+    batch_size = batch_size_of(trainer.datamodule)
+    try:
+        batches = len(loader)
+    except TypeError:
+        batches = None
+    if not isinstance(sizes, Mapping) or "train" not in sizes or batch_size is None or batches is None:
+        return None, "the train dataset is iterable without split_sizes, batch_size and a length: only max_steps can bound the run"
+    args = dict(train_samples=int(sizes["train"]), batch_size=int(batch_size), max_epochs=trainer.max_epochs,
+                max_steps=trainer.max_steps, accumulate_grad_batches=trainer.accumulate_grad_batches,
+                world_size=trainer.world_size, drop_last=True, limit_train_batches=trainer.limit_train_batches)
+    figures = plan_training(**args)  # type: ignore[arg-type]
+    if figures.batches_per_epoch != batches:  # the stream's own share of rows decides
+        figures = plan_training(**args, batches_per_epoch=batches)  # type: ignore[arg-type]
+    warmup = schedule_warmup_steps(pl_module, figures.total_optimizer_steps)
+    return dataclasses.replace(figures, warmup_steps=warmup, parameter_phases=parameter_phases(pl_module)), ""

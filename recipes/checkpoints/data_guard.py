@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+from datamodules.parquet_source import METADATA_DIGEST, ParquetSource
 from datamodules.recipe_contract import settings_outside_split
 from recipes.checkpoints.data_content import DATA_KEY
 from recipes.tracking.dataset_inputs import file_digest
@@ -81,7 +82,13 @@ def content_changes(content: Any, now: Mapping[str, Any]) -> tuple[list[DataChan
     if not isinstance(trained, str) or found is None:
         return [], frozenset()
     name, path = found
-    digest = file_digest(path.resolve())
+    if trained.startswith(METADATA_DIGEST):  # a streamed table's: its Parquet metadata, never a full read
+        try:
+            digest = ParquetSource(str(path)).fingerprint
+        except (OSError, ValueError) as error:
+            digest = f"unreadable ({error})"
+    else:
+        digest = file_digest(path.resolve())
     if digest == trained:
         return [], frozenset(SOURCE_SETTINGS)
     change = ContentChange(SOURCE_CONTENT, trained[:SHORT_DIGEST], digest[:SHORT_DIGEST], str(now[name]))

@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities.seed import isolate_rng
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from datamodules.recipe_contract import SplitDatasets, split_datasets_of
 from recipes.doctor.base import DoctorCheck
@@ -78,6 +78,10 @@ class LeakageCheck(DoctorCheck):
             return
         if vals is None:
             self.pending = True  # validation loaders load later (no sanity check): try at validation
+            return
+        if any(isinstance(d, IterableDataset) for d in (train, *vals)):  # a stream (even with a length) has no
+            # samples to index: its splits are a hash of each row's key, disjoint by construction
+            note(trainer, "leakage check skipped: iterable datasets have no samples to hash up front")
             return
         try:
             n_train = len(train)  # type: ignore[arg-type]

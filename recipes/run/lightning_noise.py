@@ -4,6 +4,9 @@
   step: that module's ``FutureWarning`` is ignored (the same deprecation raised from the user's code still prints).
 - Evaluation restores weights only: the fit-time callbacks it lacks are irrelevant, so ``lightning.pytorch.trainer.
   call``'s "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint ..." is ignored.
+- A streamed table's dataset (``StreamingTableDataset``) is iterable and has a length, its batches, split among the
+  loader workers by the dataset itself: ``lightning.pytorch.utilities.data``'s "Your `IterableDataset` has `__len__`
+  defined" is ignored.
 - Lightning's INFO lines on its ``rank_zero`` logger that advertise other products (``💡 Tip: ...`` litlogger,
   litmodels) and that say it loads the train loader early to count the steps (the recipes' schedules ask for
   ``estimated_stepping_batches``) are dropped; its other lines (seed, devices, why the fit stopped) stay.
@@ -22,6 +25,8 @@ from recipes.tracking.quiet_mlflow import DropInfo
 LIGHTNING_WARNINGS = (
     (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"lightning\.pytorch\.utilities\._pytree"),
     (UserWarning, r"Be aware that when using `ckpt_path`, callbacks used to create", r"lightning\.pytorch\.trainer\.call"),
+    # a streamed table's dataset has a length (its batches) and splits itself among the loader workers
+    (UserWarning, r"Your `IterableDataset` has `__len__` defined", r"lightning\.pytorch\.utilities\.data"),
 )
 #: Lightning's logger for ``rank_zero_info`` and the starts of the INFO messages dropped from it
 RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"

@@ -25,7 +25,7 @@ from typing import Any
 from lightning.pytorch import LightningDataModule
 import torch
 
-from datamodules.recipe_contract import new_data_of, source_paths_of, split_datasets_of
+from datamodules.recipe_contract import new_data_of, source_digest_of, source_paths_of, split_datasets_of
 
 SPLITS_OF_STAGE = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
 DIGEST_LENGTH = 32
@@ -69,7 +69,15 @@ def file_digest(path: Path, cached: bool = True) -> str:
 
 
 def data_source(datamodule: Any) -> tuple[str, dict[str, Any], str]:
-    """(source type, source description, name) of a data module: its file or folder, else its class and settings."""
+    """(source type, source description, name) of a data module: its file or folder (its own ``source_digest``, or
+    the bytes'), else its class and settings."""
+    own = source_digest_of(datamodule)
+    if own is not None:
+        paths = [str(v) for v in source_paths_of(datamodule) if isinstance(v, (str, Path))]
+        uri = paths[0] if paths else type(datamodule).__name__
+        local = "://" not in uri and Path(uri).exists()
+        uri = str(Path(uri).resolve()) if local else uri
+        return "local" if local else "uri", {"uri": uri, "source_digest": own}, Path(uri).name or uri
     for value in source_paths_of(datamodule):
         if isinstance(value, (str, Path)) and Path(value).exists():
             path = Path(value).resolve()
