@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 SUFFIXES = (".parquet", ".pq")
-#: The start of a ``ParquetSource.fingerprint``: a digest of metadata, not of the bytes (the data guard computes the
+#: The end of a ``ParquetSource.fingerprint``: a digest of metadata, not of the bytes (the data guard computes the
 #: same kind of digest to compare with a checkpoint's).
-METADATA_DIGEST = "parquet-metadata:"
+METADATA_DIGEST = ":parquet-metadata"
 
 
 def has_scheme(path: str) -> bool:
@@ -149,7 +149,7 @@ class ParquetSource:
         self.group_index = np.asarray(index_of, dtype=np.int64)
         self.group_rows = np.asarray(rows, dtype=np.int64)
         self.group_start = np.concatenate([[0], np.cumsum(self.group_rows)[:-1]]).astype(np.int64)
-        self.fingerprint = METADATA_DIGEST + digest.hexdigest()[:32]
+        self.fingerprint = digest.hexdigest()[:32] + METADATA_DIGEST
         if not len(self.group_rows) or int(self.group_rows.sum()) == 0:
             raise ValueError(f"{self.owner}: {self.path!r} holds no rows")
 

@@ -82,7 +82,7 @@ def content_changes(content: Any, now: Mapping[str, Any]) -> tuple[list[DataChan
     if not isinstance(trained, str) or found is None:
         return [], frozenset()
     name, path = found
-    if trained.startswith(METADATA_DIGEST):  # a streamed table's: its Parquet metadata, never a full read
+    if trained.endswith(METADATA_DIGEST):  # a streamed table's: its Parquet metadata, never a full read
         try:
             digest = ParquetSource(str(path)).fingerprint
         except (OSError, ValueError) as error:
