@@ -40,13 +40,15 @@ def filesystem_of(path: str, owner: str) -> tuple[pafs.FileSystem, str]:
     scheme = path.split("://", 1)[0].lower()
     try:
         if scheme == "s3" and os.environ.get("AWS_ENDPOINT_URL"):
-            bucket_key = path.split("://", 1)[1]
+            endpoint = os.environ["AWS_ENDPOINT_URL"]
+            protocol, _, host = endpoint.rpartition("://")
             return (
                 pafs.S3FileSystem(
-                    endpoint_override=os.environ["AWS_ENDPOINT_URL"],
+                    endpoint_override=host.rstrip("/"),
+                    scheme=protocol or "https",
                     region=os.environ.get("AWS_DEFAULT_REGION", os.environ.get("AWS_REGION", "us-east-1")),
                 ),
-                bucket_key,
+                path.split("://", 1)[1],
             )
         return pafs.FileSystem.from_uri(path)
     except (ValueError, OSError) as error:  # pyarrow's ArrowInvalid is a ValueError
@@ -64,24 +66,36 @@ def filesystem_of(path: str, owner: str) -> tuple[pafs.FileSystem, str]:
 
 def list_files(path: str, owner: str) -> tuple[pafs.FileSystem, list[str]]:
     """The Parquet files ``path`` names, sorted: the file itself, every ``.parquet``/``.pq`` file under a folder
-    (recursively), or the files a glob (``*``, ``?``, ``[``) matches. One-line errors for none."""
+    (recursively), or the files a glob (``*``, ``?``, ``[``) matches. One-line errors for none, and for a store that
+    refuses the listing (credentials, a bucket that does not exist)."""
+    filesystem, inner = filesystem_of(path, owner)
+    try:
+        return filesystem, matching_files(filesystem, inner, path, owner)
+    except OSError as error:  # pyarrow's and fsspec's errors of a store: access denied, no such bucket, network
+        if isinstance(error, FileNotFoundError) and str(error).startswith(owner):
+            raise
+        reason = " ".join(str(error).split())
+        raise ValueError(f"{owner}: cannot list {path!r}: {reason}; check the path and the credentials") from None
+
+
+def matching_files(filesystem: pafs.FileSystem, inner: str, path: str, owner: str) -> list[str]:
+    """``list_files``' files, on ``filesystem`` (``inner`` is ``path`` within it)."""
     import fnmatch
 
     import pyarrow.fs as pafs
 
-    filesystem, inner = filesystem_of(path, owner)
     if any(ch in inner for ch in "*?["):
         base = inner[: min(inner.index(ch) for ch in "*?[" if ch in inner)].rsplit("/", 1)[0]
         infos = filesystem.get_file_info(pafs.FileSelector(base or "/", recursive=True, allow_not_found=True))
         files = sorted(i.path for i in infos if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, inner))
         if not files:
             raise FileNotFoundError(f"{owner}: no file matches {path!r}")
-        return filesystem, files
+        return files
     info = filesystem.get_file_info(inner)
     if info.type == pafs.FileType.NotFound:
         raise FileNotFoundError(f"{owner}: {path!r} does not exist")
     if info.type == pafs.FileType.File:
-        return filesystem, [inner]
+        return [inner]
     infos = filesystem.get_file_info(pafs.FileSelector(inner, recursive=True))
     files = sorted(
         i.path for i in infos if i.type == pafs.FileType.File and i.path.lower().endswith(SUFFIXES)
@@ -92,7 +106,7 @@ def list_files(path: str, owner: str) -> tuple[pafs.FileSystem, list[str]]:
             f"{owner}: the folder {path!r} holds no Parquet file (.parquet or .pq); write the table with "
             "pandas.DataFrame.to_parquet or pyarrow.parquet.write_table, or give the file itself"
         )
-    return filesystem, files
+    return files
 
 
 @dataclass

@@ -4,7 +4,7 @@ encodes a table, shuffled through a bounded window, split by a hash, and resumed
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from datamodules.column_encoding import MISSING_MODES, ColumnEncoder, MissingMode
 from datamodules.numeric_scaling import SCALINGS, ScalingKind
 from datamodules.parquet_source import ParquetSource
+from datamodules.recipe_contract import LOADER_SETTINGS
 from datamodules.resumable_loader import ResumableDataLoader
 from datamodules.stream_order import (
     DEFAULT_WINDOW,
@@ -230,6 +231,12 @@ class StreamingTableDataModule(LightningDataModule):
         num_workers: Loader worker processes per loader (each reads its own row groups).
         pin_memory: Pin batches for a faster copy to the GPU; default: when training on CUDA.
     """
+
+    #: Settings that never choose which rows a split holds (the data guard does not compare them): the loaders' and
+    #: the shuffle window's.
+    loader_settings: ClassVar[frozenset[str]] = LOADER_SETTINGS | {"window"}
+    #: It predicts its test split (no new-data setting).
+    new_data_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

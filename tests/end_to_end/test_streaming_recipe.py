@@ -68,8 +68,9 @@ def test_a_folder_of_parquet_files_trains_with_its_sizes_known_before_the_first_
 
 def test_test_evaluates_and_the_data_guard_sees_an_edited_file_by_its_metadata(fitted, capsys):
     with working_directory(fitted):
+        # another shuffle window is a loader setting: the same splits, not refused by the data guard
         main(["test", "-c", str(STREAM), "--data.init_args.path", "events", "--data.init_args.target", "label",
-              "--ckpt_path", "best"])
+              "--ckpt_path", "best", "--data.init_args.window", "4096"])
         edited = pq.read_table(fitted / "events" / "part-1.parquet").to_pandas()
         edited.loc[5, "b"] = 99.0  # one value: its row group's statistics change
         pq.write_table(pa.Table.from_pandas(edited, preserve_index=False), fitted / "events" / "part-1.parquet",
