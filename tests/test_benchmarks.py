@@ -364,7 +364,7 @@ def test_fine_tuning_quick_scores_scratch_and_pretrained_and_writes_json(bench, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["startup", "memory", "logging_overhead", "recipes_table"])
+@pytest.mark.parametrize("name", ["startup", "memory", "logging_overhead", "recipes_table", "streaming"])
 def test_quick_settings_of_the_process_starting_benchmarks_run_and_write_their_json(name, tmp_path):
     """The benchmarks that start fresh processes (or patch classes for their timers) run as run_all runs them."""
     run_all = bench_module("run_all")

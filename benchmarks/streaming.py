@@ -1,0 +1,205 @@
+"""A table larger than memory (issue 56): peak memory and throughput of one training epoch from
+``StreamingTableDataModule`` against the in-memory ``TabularDataModule``, and the shuffle's quality.
+
+For each size (``--rows``, default 1M, 3M and 10M rows; ``--huge`` adds 100M) the script writes a Parquet file of 16
+float32 columns and a 3-class label (row groups of 65,536 rows, written in chunks: the writer never holds the
+table), then runs, each in a fresh process (so each peak is its own), interleaved ``--repeats`` times:
+
+* ``stream``: ``StreamingTableDataModule`` (default window, 1 loader worker) and one epoch of the recipe's network
+  (``configs/tabular_stream.yaml``: MLP 256-256, AdamW, batch 512) in a plain training loop;
+* ``memory``: ``TabularDataModule`` on the same file (read whole with pandas, encoded once), the same loop; only at
+  the sizes where it fits (``--memory-max-rows``, default 3M).
+
+Each process reports the epoch's samples/s (from its first batch to its last step; ``setup`` timed apart) and its
+peak RSS: the larger of its own and its loader workers' (``getrusage``: the largest process, workers included).
+Printed: the medians, the streaming/in-memory throughput ratio at each size and the streaming peak at 10M over the
+one at 1M (the targets: >= 0.9 and <= 1.15). Then the shuffle on a 1M-row file sorted by label (10 classes, 1,000
+row groups): the largest deviation of a class's share in 1,000 consecutive samples and the mean |Spearman|
+between a row's place in the epoch and in the file over 10 seeds.
+
+    python benchmarks/streaming.py                 # 1M, 3M, 10M rows, 3 repeats
+    python benchmarks/streaming.py --quick         # 200,000 rows, 1 repeat: checks that it runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import REPO, machine, median
+
+COLUMNS = [f"x{i}" for i in range(16)]
+GROUP_ROWS = 65_536
+BATCH = 512
+
+
+def write_table(path: Path, rows: int, chunk: int = 1_000_000) -> None:
+    """``rows`` rows of 16 float32 columns and a label 0-2 that depends on the first three, written a chunk at a
+    time."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    writer = None
+    try:
+        for start in range(0, rows, chunk):
+            n = min(chunk, rows - start)
+            values = rng.normal(size=(n, len(COLUMNS))).astype("float32")
+            label = np.digitize(values[:, 0] + values[:, 1] - values[:, 2], [-0.8, 0.8]).astype("int64")
+            table = pa.table({**{c: values[:, i] for i, c in enumerate(COLUMNS)}, "y": label})
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table, row_group_size=GROUP_ROWS)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def one_epoch(kind: str, path: str) -> dict[str, float]:
+    """In this process: set up ``kind``'s data module, run one epoch of the recipe's network on it."""
+    import torch
+
+    from lightning_modules.models import MLP
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    started = time.perf_counter()
+    if kind == "stream":
+        from datamodules import StreamingTableDataModule
+
+        data = StreamingTableDataModule(path, "y", batch_size=BATCH, num_workers=1, val_fraction=0.1,
+                                        test_fraction=0.1)
+    else:
+        from datamodules import TabularDataModule
+
+        data = TabularDataModule(path, "y", batch_size=BATCH, val_fraction=0.1, test_fraction=0.1)
+    data.setup("fit")
+    setup_s = time.perf_counter() - started
+    model = MLP(data.in_features, 3, hidden_sizes=[256, 256])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = data.train_dataloader()
+    samples, first = 0, None
+    for features, targets in loader:
+        if first is None:
+            first = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(model(features), targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        samples += len(targets)
+    epoch_s = time.perf_counter() - (first or time.perf_counter())
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"setup_s": setup_s, "epoch_s": epoch_s, "samples": samples, "samples_per_s": samples / epoch_s,
+            "peak_rss_mb": max(own, workers)}
+
+
+def measure(kind: str, path: Path) -> dict[str, float]:
+    """``one_epoch`` in a fresh process."""
+    done = subprocess.run([sys.executable, __file__, "--one", kind, str(path)], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if done.returncode:
+        raise SystemExit(f"{kind} on {path.name} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def shuffle_quality(rows: int = 1_000_000, group_rows: int = 1_000, classes: int = 10) -> dict[str, float]:
+    """The default window on a file sorted by label: the module's order, rows stood in by their numbers."""
+    import numpy as np
+    import torch
+    from scipy.stats import spearmanr
+
+    from datamodules.stream_order import DEFAULT_WINDOW
+    from datamodules.streaming_table import StreamingTableDataset
+
+    class RowNumbers:
+        def encode(self, pieces):  # noqa: ANN001, ANN201
+            numbers = np.concatenate([np.arange(p.start, p.stop) + p.group * group_rows for p in pieces])
+            return torch.from_numpy(numbers), torch.from_numpy(numbers)
+
+    labels = np.sort(np.random.default_rng(0).integers(0, classes, rows))
+    shares = np.bincount(labels, minlength=classes) / rows
+    counts = np.full(rows // group_rows, group_rows)
+    worst, correlations = 0.0, []
+    for seed in range(10):
+        dataset = StreamingTableDataset(RowNumbers(), counts, 1000, seed, DEFAULT_WINDOW, shuffle=True)  # type: ignore[arg-type]
+        order = torch.cat([b[0] for b in dataset]).numpy()
+        windows = labels[order].reshape(-1, 1000)
+        mix = np.stack([(windows == c).mean(axis=1) for c in range(classes)], axis=1)
+        worst = max(worst, float(np.abs(mix - shares).max()))
+        correlations.append(abs(float(spearmanr(np.arange(len(order)), order).statistic)))
+    return {"worst_share_deviation": worst, "mean_abs_spearman": float(np.mean(correlations))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=lambda s: [int(float(x)) for x in s.split(",")],
+                        default=[1_000_000, 3_000_000, 10_000_000], help="comma-separated sizes (default 1e6,3e6,1e7)")
+    parser.add_argument("--huge", action="store_true", help="add 100,000,000 rows (about 7 GB of Parquet)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory-max-rows", type=int, default=3_000_000, help="largest size the in-memory module runs")
+    parser.add_argument("--dir", type=Path, default=REPO / "benchmarks" / "results" / "streaming_data")
+    parser.add_argument("--quick", action="store_true", help="200,000 rows, 1 repeat")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one_epoch(*args.one)))
+        return
+    sizes = [200_000] if args.quick else args.rows + ([100_000_000] if args.huge else [])
+    repeats = 1 if args.quick else args.repeats
+    args.dir.mkdir(parents=True, exist_ok=True)
+    print(machine(threads=False))
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for rows in sizes:
+        path = args.dir / f"table_{rows}.parquet"
+        if not path.exists():
+            write_table(path, rows)
+        kinds = ["stream"] + (["memory"] if rows <= args.memory_max_rows else [])
+        results[str(rows)] = {kind: [] for kind in kinds}
+        for _ in range(repeats):  # interleaved
+            for kind in kinds:
+                results[str(rows)][kind].append(measure(kind, path))
+    summary: dict[str, object] = {"machine": machine(threads=False), "sizes": {}}
+    print(f"\n| rows | module | samples/s (median of {repeats}) | spread | peak RSS MB | setup s |")
+    print("|---|---|---|---|---|---|")
+    for rows, kinds in results.items():
+        figures = {}
+        for kind, runs in kinds.items():
+            speed = [r["samples_per_s"] for r in runs]
+            figures[kind] = {"samples_per_s": median(speed), "peak_rss_mb": median([r["peak_rss_mb"] for r in runs]),
+                             "setup_s": median([r["setup_s"] for r in runs]),
+                             "spread": (max(speed) - min(speed)) / median(speed)}
+            f = figures[kind]
+            print(f"| {int(rows):,} | {kind} | {f['samples_per_s']:,.0f} | {f['spread']:.1%} | "
+                  f"{f['peak_rss_mb']:,.0f} | {f['setup_s']:.1f} |")
+        if "memory" in figures:
+            figures["throughput_ratio"] = figures["stream"]["samples_per_s"] / figures["memory"]["samples_per_s"]
+        summary["sizes"][rows] = figures  # type: ignore[index]
+    print()
+    for rows, figures in summary["sizes"].items():  # type: ignore[union-attr]
+        if "throughput_ratio" in figures:
+            print(f"stream / in-memory samples/s at {int(rows):,} rows: {figures['throughput_ratio']:.2f} (target >= 0.9)")
+    sizes_done = summary["sizes"]  # type: ignore[assignment]
+    if "1000000" in sizes_done and "10000000" in sizes_done:
+        ratio = sizes_done["10000000"]["stream"]["peak_rss_mb"] / sizes_done["1000000"]["stream"]["peak_rss_mb"]
+        summary["peak_10m_over_1m"] = ratio
+        print(f"stream peak RSS, 10M rows / 1M rows: {ratio:.3f} (target <= 1.15)")
+    quality = shuffle_quality() if not args.quick else shuffle_quality(rows=100_000, group_rows=100)
+    summary["shuffle"] = quality
+    print(f"shuffle of a file sorted by label: largest class-share deviation in 1,000 consecutive samples "
+          f"{quality['worst_share_deviation']:.3f} (target < 0.05), mean |Spearman| {quality['mean_abs_spearman']:.4f} "
+          "(target < 0.05)")
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
