@@ -67,6 +67,50 @@ def class_folders(root: str | os.PathLike) -> tuple[list[str], list[str]]:
     return names, back
 
 
+def image_classes(root: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """The class folders of the image folder ``root`` (``class_folders``: ``(class names, links back)``), with the
+    errors of a root that is missing or not a folder, without class folders or with a single one (classification
+    needs 2). ``ImageFolderDataModule`` and ``recipes pack`` read an image folder through it."""
+    shown = str(root)
+    if not os.path.exists(root):
+        raise FileNotFoundError(f"root folder {shown!r} does not exist")
+    if not os.path.isdir(root):
+        raise ValueError(f"root {shown!r} is not a folder")
+    classes, back = class_folders(root)
+    if not classes:
+        raise ValueError(
+            f"no class folders under {shown!r}; expected one sub-folder of images per class "
+            "(root/<class name>/*.png|*.jpg|*.jpeg)"
+        )
+    if len(classes) < 2:
+        raise ValueError(
+            f"found {len(classes)} class folder ({classes[0]!r}) under {shown!r}; classification needs at least 2"
+        )
+    return classes, back
+
+
+def class_images(root: str | os.PathLike, class_names: Sequence[str]) -> tuple[list[str], list[int]]:
+    """Every image of the class folders ``root/<class name>`` and its label (the class's index in ``class_names``):
+    the classes in that order, each class's files sorted by path (``find_images``; a link never brings another
+    class's images in). Raises ``FileNotFoundError`` for a class folder gone and ``ValueError`` for one without
+    images. The order of an image folder's samples, for ``ImageFolderDataModule`` and ``recipes pack`` alike."""
+    paths: list[str] = []
+    labels: list[int] = []
+    reals = [os.path.realpath(root), *(os.path.realpath(os.path.join(root, c)) for c in class_names)]
+    for label, class_name in enumerate(class_names):
+        folder = os.path.join(root, class_name)
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"class folder {folder!r} no longer exists")
+        files = find_images(folder, [r for r in reals if r != reals[label + 1]])  # none of another class
+        if not files:
+            raise ValueError(
+                f"class folder {folder!r} has no images (looked for {', '.join(IMAGE_SUFFIXES)} in any case)"
+            )
+        paths.extend(files)
+        labels.extend([label] * len(files))
+    return paths, labels
+
+
 def find_images(folder: str | os.PathLike, outside: Sequence[str] = ()) -> list[str]:
     """Paths of the image files under ``folder`` and its visible sub-folders, in sorted (deterministic) order.
 
@@ -109,13 +153,56 @@ def find_images_to_predict(path: str) -> list[str]:
     return [expanded]
 
 
-def check_image(path: str) -> None:
-    """Fail with the file's path when Pillow cannot identify it or its structure is broken (no full decode)."""
+class EncodedImage(bytes):
+    """An image file's bytes as they are (encoded, not decoded) with the name they are known by (``name``: a
+    shard row's path and its shard file), which a read error names instead of the number of bytes. Equal to, and
+    decoded exactly as, the file's bytes; pickles with its name (for loader worker processes)."""
+
+    name: str
+
+    def __new__(cls, data: bytes, name: str) -> "EncodedImage":
+        image = super().__new__(cls, data)
+        image.name = name
+        return image
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EncodedImage, (bytes(self), self.name))
+
+
+def source_name(source: str | bytes) -> str:
+    """How an error names an image: its file path, an ``EncodedImage``'s name, else ``of N bytes``."""
+    if isinstance(source, EncodedImage):
+        return source.name
+    return f"of {len(source)} bytes" if isinstance(source, bytes) else str(source)
+
+
+class NamedImageFile(io.BytesIO):
+    """An ``EncodedImage``'s bytes as the file Pillow reads, shown by the image's name (Pillow's "cannot identify
+    image file" error shows the file it was given)."""
+
+    def __init__(self, image: EncodedImage) -> None:
+        super().__init__(image)
+        self.shown = image.name
+
+    def __repr__(self) -> str:
+        return repr(self.shown)
+
+
+def opened(source: str | bytes) -> Any:
+    """What Pillow's ``Image.open`` reads: the file path, or the bytes of an image file in memory."""
+    if isinstance(source, EncodedImage):
+        return NamedImageFile(source)
+    return io.BytesIO(source) if isinstance(source, bytes) else source
+
+
+def check_image(path: str | bytes) -> None:
+    """Fail with the file's path (an ``EncodedImage``'s name) when Pillow cannot identify it or its structure is
+    broken (no full decode)."""
     try:
-        with Image.open(path) as image:
+        with Image.open(opened(path)) as image:
             image.verify()
     except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, struct.error, ... on bad files
-        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+        raise ValueError(f"cannot read image {source_name(path)}: {type(err).__name__}: {err}") from err
 
 
 def missing(value: Any) -> bool:
@@ -138,10 +225,10 @@ def decode_base64_image(value: Any, row: int) -> bytes:
     return data
 
 
-def base64_thumbnail(path: str, side: int = 64) -> str:
-    """An image file shrunk to fit ``side`` x ``side`` (aspect ratio kept), as base64 of PNG bytes: a small example of
-    the ``image`` column whatever the size of the file."""
-    with Image.open(path) as image:
+def base64_thumbnail(path: str | bytes, side: int = 64) -> str:
+    """An image file (or an image file's bytes) shrunk to fit ``side`` x ``side`` (aspect ratio kept), as base64 of
+    PNG bytes: a small example of the ``image`` column whatever the size of the file."""
+    with Image.open(opened(path)) as image:
         image = to_eight_bits(image)
         if image.mode not in ("1", "L", "LA", "P", "RGB", "RGBA"):  # CMYK, YCbCr, ...: not PNG modes
             image = image.convert("RGB")
@@ -202,7 +289,7 @@ def read_image(
     """
     height, width = size
     try:
-        with Image.open(io.BytesIO(path) if isinstance(path, bytes) else path) as image:
+        with Image.open(opened(path)) as image:
             if prepare is not None:
                 array = prepare(to_eight_bits(image))
             else:
@@ -211,8 +298,7 @@ def read_image(
                     image = image.resize((width, height), Image.Resampling.BILINEAR)
                 array = np.array(image, dtype=np.uint8)
     except Exception as err:
-        name = f"of {len(path)} bytes" if isinstance(path, bytes) else str(path)
-        raise ValueError(f"cannot read image {name}: {type(err).__name__}: {err}") from err
+        raise ValueError(f"cannot read image {source_name(path)}: {type(err).__name__}: {err}") from err
     if array.ndim == 2:
         array = array[:, :, None]
     return torch.from_numpy(array).permute(2, 0, 1).contiguous()

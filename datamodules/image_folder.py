@@ -16,18 +16,18 @@ from datamodules.batch_augmentation import BatchAugmentation, BatchAugmented
 from datamodules.image_folder_dataset import ImageFolderDataset
 from datamodules.image_processor import ImagePreprocessing, ImageProcessor
 from datamodules.image_files import (
-    IMAGE_SUFFIXES,
     MODES,
     DecodedImages,
     as_size,
     check_image,
-    class_folders,
-    find_images,
+    class_images,
+    image_classes,
     base64_thumbnail,
     find_images_to_predict,
     frame_images,
     read_image,  # noqa: F401  (re-exported: datamodules.image_folder.read_image)
 )
+from datamodules.image_shards import ShardRows, is_image_shards, read_shards, shard_files, shard_labels
 
 DECODE_BATCH = 64  # images per transfer when decoding with worker processes
 
@@ -43,12 +43,19 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
     converted to grayscale ("L") or RGB (alpha dropped) and resized with bilinear filtering, ignoring the aspect
     ratio. The user's files are only read.
 
+    ``root`` may also be image shards (``recipes pack``'s Parquet files: the images' encoded bytes, label and path;
+    ``datamodules.image_shards``): the samples are then the shards' rows, with the classes, sample order, split,
+    decoding, statistics and predictions (identified by the stored relative path) of the folder they were packed
+    from. The module then holds every image's encoded bytes in memory (a folder's: only its paths) and decodes them
+    as it decodes files (``cache``: once, during setup).
+
     The other arguments (``batch_size``, ``val_fraction``, ``test_fraction``, ``seed``, the loader options) are
     ``BaseDataModule``'s, passed on through ``**kwargs``; the splits are per class. ``num_workers`` processes decode
     and augment the images (and compute the statistics); 2-8 is typical for files on disk.
 
     Args:
-        root: Folder with one sub-folder of images per class.
+        root: Folder with one sub-folder of images per class, or image shards from ``recipes pack`` (a folder of
+            its Parquet files, or one of them).
         image_size: Side of the square images fed to the model, or their (height, width).
         channels: 1 converts every image to grayscale, 3 to RGB.
         augment: Randomly crop (after zero padding) and horizontally flip the train images on every read; val
@@ -113,7 +120,13 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         self.predict_path = predict_path
         self.batch_augmentation = batch_augmentation
         self.sample_paths: list[str] = []  # every image of the folder, by sample number (after setup)
-        self.class_names: list[str] = self.discover_classes(Path(os.path.expanduser(root)))
+        found = Path(os.path.expanduser(root))
+        #: the Parquet files when ``root`` is image shards (``recipes pack``), ``None`` for an image folder
+        self.shards: list[Path] | None = self.find_shards(found) if is_image_shards(found) else None
+        self.class_names: list[str] = (
+            self.discover_labels(self.shards, found) if self.shards is not None else self.discover_classes(found)
+        )
+        self._shard_rows: ShardRows | None = None
         self.mean: Tensor | None = None
         self.std: Tensor | None = None
         self._restored = False
@@ -149,56 +162,79 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
     def discover_classes(self, root: Path) -> list[str]:
         """Sorted class folder names under ``root``, with errors for a missing root and too few classes."""
         name = type(self).__name__
-        if not root.exists():
-            raise FileNotFoundError(f"{name}: root folder {str(root)!r} does not exist")
-        if not root.is_dir():
-            raise ValueError(f"{name}: root {str(root)!r} is not a folder")
         try:
-            classes, back = class_folders(root)
-        except ValueError as err:
-            raise ValueError(f"{name}: {err}") from None
+            classes, back = image_classes(root)
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"{name}: {err}") from None
         if back:
             warnings.warn(f"{name}: {', '.join(map(repr, back))} under {str(root)!r} links back to the image root "
                           f"({os.path.realpath(root)}): not a class, skipped (a second `ln -s <folder> <link>` puts "
                           "such a link inside the folder; remove it)", stacklevel=3)
-        if not classes:
-            raise ValueError(
-                f"{name}: no class folders under {str(root)!r}; expected one sub-folder of images per class "
-                "(root/<class name>/*.png|*.jpg|*.jpeg)"
-            )
-        if len(classes) < 2:
-            raise ValueError(
-                f"{name}: found {len(classes)} class folder ({classes[0]!r}) under {str(root)!r}; classification "
-                "needs at least 2"
-            )
         return classes
 
-    # --- BaseDataModule hooks -------------------------------------------------------------------------------
-    def load(self) -> tuple[list[str], Tensor]:
-        """All image paths (sorted per class) and their labels; every class must have images that open."""
+    def find_shards(self, root: Path) -> list[Path]:
+        """The Parquet files of image shards ``root`` (one file, or a folder's, sorted by name)."""
+        try:
+            return shard_files(root)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{type(self).__name__}: {err}") from None
+
+    def discover_labels(self, files: list[Path], root: Path) -> list[str]:
+        """The sorted distinct labels of image shards (their ``label`` column only), with the errors of a file that
+        is not an image shard and of too few classes."""
         name = type(self).__name__
-        root = Path(os.path.expanduser(self.root))
-        paths: list[str] = []
-        labels: list[int] = []
-        reals = [os.path.realpath(root), *(os.path.realpath(root / c) for c in self.class_names)]
-        for label, class_name in enumerate(self.class_names):
-            folder = root / class_name
-            if not folder.is_dir():
-                raise FileNotFoundError(f"{name}: class folder {str(folder)!r} no longer exists")
-            files = find_images(folder, [r for r in reals if r != reals[label + 1]])  # none of another class
-            if not files:
-                raise ValueError(
-                    f"{name}: class folder {str(folder)!r} has no images (looked for {', '.join(IMAGE_SUFFIXES)} "
-                    "in any case)"
-                )
-            paths.extend(files)
-            labels.extend([label] * len(files))
+        try:
+            labels = shard_labels(files)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+        if len(labels) < 2:
+            raise ValueError(
+                f"{name}: the image shards {str(root)!r} hold {len(labels)} class{'' if len(labels) == 1 else 'es'} "
+                f"({', '.join(map(repr, labels)) or 'no rows'}); classification needs at least 2"
+            )
+        return labels
+
+    # --- BaseDataModule hooks -------------------------------------------------------------------------------
+    def load(self) -> tuple[list[str] | list[bytes], Tensor]:
+        """All image paths (sorted per class) and their labels; every class must have images that open. For image
+        shards, the images' encoded bytes (``EncodedImage``) in the same order (by label, then path)."""
+        if self.shards is not None:
+            return self.load_shards()
+        name = type(self).__name__
+        try:
+            paths, labels = class_images(Path(os.path.expanduser(self.root)), self.class_names)
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"{name}: {err}") from None
         self.check_images(paths)
         self.sample_paths = list(paths)
         return paths, torch.tensor(labels, dtype=torch.long)
 
-    def check_images(self, paths: Sequence[str]) -> None:
-        """Fail, naming the file, on the first of ``paths`` that Pillow cannot read."""
+    def shard_rows(self) -> ShardRows:
+        """The rows of the image shards, read once (their encoded images are kept: the module's samples)."""
+        if self._shard_rows is None:
+            assert self.shards is not None
+            try:
+                rows = read_shards(self.shards)
+            except ValueError as err:
+                raise ValueError(f"{type(self).__name__}: {err}") from None
+            if sorted(set(rows.labels)) != self.class_names:
+                raise ValueError(
+                    f"{type(self).__name__}: the image shards {self.root!r} changed since the module was built: "
+                    f"their labels are now {sorted(set(rows.labels))}, not {self.class_names}"
+                )
+            self.check_images(rows.images)
+            self._shard_rows = rows
+        return self._shard_rows
+
+    def load_shards(self) -> tuple[list[bytes], Tensor]:
+        """The images of the shards (encoded bytes, named by path and shard) and their labels, in sample order."""
+        rows = self.shard_rows()
+        index = {name: i for i, name in enumerate(self.class_names)}
+        self.sample_paths = list(rows.paths)
+        return list(rows.images), torch.tensor([index[label] for label in rows.labels], dtype=torch.long)
+
+    def check_images(self, paths: Sequence[str | bytes]) -> None:
+        """Fail, naming the file, on the first of ``paths`` (or images' bytes) that Pillow cannot read."""
         for path in paths:
             try:
                 check_image(path)
@@ -325,6 +361,11 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         columns optional in the signature)."""
         import pandas as pd
 
+        if self.shards is not None:  # no file to name: every row is an image; its stored path (the last none) its id
+            rows = self.shard_rows()
+            paths: list[str | None] = list(rows.paths[:count])
+            images = [base64_thumbnail(image) for image in rows.images[:count]]
+            return pd.DataFrame({"path": paths[:-1] + [None], "image": images})
         paths = list(self.load()[0])[:count]
         if len(paths) < 2:
             return pd.DataFrame({"path": paths})
@@ -348,8 +389,9 @@ class ImageFolderDataModule(BatchAugmented, BaseDataModule):
         name = type(self).__name__
         names = list(state_dict.get("class_names", self.class_names))
         if names != self.class_names:
+            holds = "has class folders" if self.shards is None else "holds the labels"
             raise ValueError(
-                f"{name}: the checkpoint was trained on classes {names} but {self.root!r} has class folders "
+                f"{name}: the checkpoint was trained on classes {names} but {self.root!r} {holds} "
                 f"{self.class_names}; labels would not match the model's outputs"
             )
         self.load_batch_augmentation_state(state_dict)

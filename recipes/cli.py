@@ -1,8 +1,9 @@
 """The ``recipes`` command: ``main()`` and its table of commands.
 
 ``fit``, ``validate``, ``test`` and ``predict`` run one recipe through ``recipes.run.recipes_cli.RecipesCLI``;
-``compare``, ``sweep``, ``sync`` and ``export`` are commands of their own (``recipes.compare``, ``recipes.sweep``,
-``recipes.tracking.sync``, ``recipes.export``), imported only when named so that ``import recipes.cli`` stays light.
+``compare``, ``sweep``, ``sync``, ``export`` and ``pack`` are commands of their own (``recipes.compare``,
+``recipes.sweep``, ``recipes.tracking.sync``, ``recipes.export``, ``recipes.pack``), imported only when named so that
+``import recipes.cli`` stays light.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ RECIPES_EXTRA = frozenset({"jsonargparse", "mlflow", "optuna", "optuna_integrati
 #: the commands that run one recipe through LightningCLI (``recipes.run.recipes_cli.RecipesCLI``)
 RECIPE_COMMANDS = ("fit", "validate", "test", "predict")
 #: every command, in the order of ``COMMANDS``
-COMMAND_NAMES = (*RECIPE_COMMANDS, "compare", "sweep", "sync", "export")
+COMMAND_NAMES = (*RECIPE_COMMANDS, "compare", "sweep", "sync", "export", "pack")
 
 COMMANDS = """recipes commands:
   fit        train a recipe:                   recipes fit -c configs/spiral_mlp.yaml
@@ -27,8 +28,9 @@ COMMANDS = """recipes commands:
   sweep      hyperparameter search (Optuna):   recipes sweep -c <recipe> -c configs/sweeps/<recipe>.yaml --n_trials N
   sync       write a run's journal to MLflow:  recipes sync [--checkpoints_dir checkpoints]
   export     a HF network for transformers:    recipes export -c ... --ckpt_path best --export_dir DIR
+  pack       an image folder as Parquet shards: recipes pack <image folder> <out> [--shard_mb 256]
 Each takes --help.
-usage: recipes {fit,validate,test,predict} [-c CONFIG] [options] | recipes {compare,sweep,sync,export} [options]
+usage: recipes {fit,validate,test,predict} [-c CONFIG] [options] | recipes {compare,sweep,sync,export,pack} [options]
 """
 
 
@@ -106,6 +108,10 @@ def run_command(args: list[str] | None) -> None:
         from recipes.tracking.sync import main as sync_main  # noqa: PLC0415
 
         raise SystemExit(sync_main(argv[1:]))
+    if argv[0] == "pack":
+        from recipes.pack.command import main as pack_main  # noqa: PLC0415
+
+        raise SystemExit(pack_main(argv[1:]))
     if argv[0] not in RECIPE_COMMANDS and not argv[0].startswith("-"):  # options first: LightningCLI reads them
         command_error(f"unknown command {argv[0]!r}")
     run_recipe(args)

@@ -14,7 +14,7 @@ import pytest
 from recipes.cli import main
 from tests.conftest import REPO, SPIRAL, free_port, recipes_env
 
-COMMANDS = ["fit", "validate", "test", "predict", "compare", "sweep", "sync", "export"]
+COMMANDS = ["fit", "validate", "test", "predict", "compare", "sweep", "sync", "export", "pack"]
 
 
 def test_no_module_of_recipes_imports_argparse():
