@@ -215,3 +215,23 @@ def test_the_input_example_shows_a_path_and_a_small_base64_image(image_root, tmp
         with Image.open(io.BytesIO(base64.b64decode(frame["image"].iloc[-1]))) as image:
             assert max(image.size) <= 64
     assert image.size == (64, 38)  # 500x300 shrunk, aspect ratio kept
+
+
+@pytest.mark.parametrize("kind", list(PROCESSORS))
+def test_shards_from_recipes_pack_give_the_processors_pixels_as_the_folder_does(kind, image_root, tmp_path):
+    """The pretrained image recipe's preprocessing (a Hugging Face image processor) on `recipes pack` shards of the
+    folder: the same pixels, sample by sample."""
+    from recipes.cli import main
+
+    with pytest.raises(SystemExit) as end:
+        main(["pack", str(image_root), str(tmp_path / "shards")])
+    assert end.value.code == 0
+    processor_dir = save_processor(tmp_path / kind, kind)
+    from_folder, from_shards = module(image_root, processor_dir), module(tmp_path / "shards", processor_dir)
+    from_folder.setup()
+    from_shards.setup()
+    assert from_shards.image_size == from_folder.image_size and from_shards.state_dict() == from_folder.state_dict()
+    folder_set, shard_set = from_folder.datasets["train"], from_shards.datasets["train"]
+    assert len(folder_set) == len(shard_set) == 12
+    for index in range(len(folder_set)):
+        assert torch.equal(folder_set[index][0], shard_set[index][0]) and folder_set[index][1] == shard_set[index][1]
