@@ -18,6 +18,8 @@ from datamodules.numeric_scaling import SCALINGS, ScalingKind
 from datamodules.parquet_source import ParquetSource
 from datamodules.recipe_contract import LOADER_SETTINGS
 from datamodules.resumable_loader import ResumableDataLoader
+from datamodules.table_rows import EncodedTableRows
+from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
 from datamodules.stream_order import (
     DEFAULT_WINDOW,
     SPLIT_CODES,
@@ -182,7 +184,7 @@ class StreamingTableDataset(IterableDataset):
             yield torch.cat([h[0] for h in held]), torch.cat([h[1] for h in held])
 
 
-class StreamingTableDataModule(LightningDataModule):
+class StreamingTableDataModule(EncodedTableRows, LightningDataModule):
     """A table of Parquet files larger than memory, streamed a row group at a time, for classification or regression.
 
     Columns are encoded as ``TabularDataModule`` encodes them (numeric columns scaled, missing values imputed with
@@ -285,10 +287,20 @@ class StreamingTableDataModule(LightningDataModule):
         self.encoder: ColumnEncoder | None = None
         self.split_counts: dict[str, np.ndarray] = {}
         self._restored: dict[str, Any] | None = None
+        self.prediction_ids: list[Any] = []  # one id per row of the last predict_dataloader
+
+    #: A prediction's id: the row's number in the files (counted from 0 over the files in order).
+    id_name: ClassVar[str] = "row"
 
     # --- sizes ---------------------------------------------------------------------------------------------------
+    def fitted_encoder(self) -> ColumnEncoder:
+        """The encoding: the checkpoint's, or the one ``setup`` fits."""
+        return self._fitted()
+
     def _fitted(self) -> ColumnEncoder:
-        if self.encoder is None or not self.encoder.fitted or not self.split_counts:
+        """The encoding, fitted or restored from a checkpoint (``setup`` runs when there is neither: a restored
+        encoding needs no file, as in a served model)."""
+        if self.encoder is None or not self.encoder.fitted:
             self.setup()
         assert self.encoder is not None
         return self.encoder
@@ -425,12 +437,13 @@ class StreamingTableDataModule(LightningDataModule):
         return pd.concat(frames, ignore_index=True).head(self.fit_rows)
 
     # --- loaders -------------------------------------------------------------------------------------------------
-    def dataset(self, split: str) -> StreamingTableDataset:
-        """The split's streaming dataset."""
-        self._fitted()
+    def dataset(self, split: str, workers: int | None = None) -> StreamingTableDataset:
+        """The split's streaming dataset (read by ``workers`` loader workers; default ``num_workers``)."""
+        if not self.split_counts:
+            self.setup()
         dataset = StreamingTableDataset(self._reader(split), self.split_counts[split], self.batch_size, self.seed,
                                         self.window, shuffle=split == "train")
-        dataset.loader_workers = max(self.num_workers, 1)
+        dataset.loader_workers = max(self.num_workers if workers is None else workers, 1)
         return dataset
 
     def _loader(self, split: str) -> DataLoader:
@@ -443,6 +456,35 @@ class StreamingTableDataModule(LightningDataModule):
             return DataLoader(dataset, **kwargs)
         dataset.epoch = self.trainer.current_epoch if self.trainer is not None else 0
         return ResumableDataLoader(dataset, **kwargs)
+
+    def split_row_numbers(self, split: str) -> np.ndarray:
+        """The row numbers (over the files, from 0) of a split's rows, in file order: one pass over the key column
+        (or none, splitting by row number)."""
+        reader = self._reader(split)
+        numbers = [self.source.row_numbers(g)[reader.codes(g) == reader.code] for g in range(self.source.groups)]  # type: ignore[union-attr]
+        return np.concatenate(numbers) if numbers else np.zeros(0, dtype=np.int64)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The test split (the val split without one), in file order, in one process without loader workers;
+        ``prediction_ids`` are the rows' numbers in the files."""
+        if not self.split_counts:
+            self.setup()
+        split = "test" if self.split_sizes.get("test") else "val"
+        self.prediction_ids = self.split_row_numbers(split).tolist()
+        return DataLoader(self.dataset(split, workers=1), batch_size=None, num_workers=0)
+
+    def inference_loader(self, dataset: BatchedTensorDataset) -> DataLoader:  # type: ignore[override]
+        """A loader over ``frame_data``'s rows that keeps their order."""
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=False, collate_fn=keep_batch)
+
+    def raw_examples(self, count: int = 5) -> pd.DataFrame:
+        """The first ``count`` rows of the first row group's feature columns, as read (the MLflow model's input
+        example)."""
+        encoder = self._fitted()
+        columns = list(encoder.numeric_columns) + list(encoder.categorical_columns)
+        if self.source is None:
+            self.source = ParquetSource(self.path, owner=NAME)
+        return self.source.read(0, columns).slice(0, count).to_pandas()
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")

@@ -16,11 +16,11 @@ from datamodules.column_encoding import MISSING_MODES, ColumnEncoder, MissingMod
 from datamodules.csv_reading import shown_fields
 from datamodules.numeric_scaling import SCALINGS, ScalingKind
 from datamodules.preprocessing import Standardizer
-from datamodules.row_checks import UNKNOWN_COLUMN, bad_numbers, bad_numbers_message, unknown_categories
+from datamodules.row_checks import UNKNOWN_COLUMN, unknown_categories
 from datamodules.row_checks import unknown_categories_warning
 from datamodules.table_files import read_table, table_format
 from datamodules.target_kind import TargetKindError, target_kind_error
-from datamodules.tensor_dataset import BatchedTensorDataset
+from datamodules.table_rows import EncodedTableRows
 
 if TYPE_CHECKING:  # pandas is imported when a file is read, not at start-up
     import pandas as pd
@@ -42,7 +42,7 @@ def auto_batch_size(train_rows: int) -> int:
     return size
 
 
-class TabularDataModule(BaseDataModule):
+class TabularDataModule(EncodedTableRows, BaseDataModule):
     """Rows of a CSV or Parquet file as one float tensor per row, for classification or regression.
 
     The file is read in ``setup`` (with pandas) and held in memory; it is never modified. Feature columns are numeric or
@@ -205,6 +205,11 @@ class TabularDataModule(BaseDataModule):
         """Run ``setup`` unless the encoding is fitted or restored."""
         if not self.encoder.fitted:
             self.setup()
+
+    def fitted_encoder(self) -> ColumnEncoder:
+        """The encoding: the checkpoint's, or the one the train split gives (``setup`` runs if needed)."""
+        self._ensure_fitted()
+        return self.encoder
 
     @property
     def class_names(self) -> list[str] | None:
@@ -408,38 +413,12 @@ class TabularDataModule(BaseDataModule):
         self._new_data_notes = notes
         return data
 
-    def frame_data(self, frame: "pd.DataFrame", source: str = "the table") -> tuple[Dataset, list[Any]]:
-        """Raw rows (the feature columns as in the data file; the target may be absent) encoded as at training
-        time, with their row numbers (from 0). A feature column the model was trained on must be there."""
-        frame = self._feature_frame(frame, source)
-        features = self.encoder.transform(frame, source=source)  # errors name the table being predicted
-        return BatchedTensorDataset(features), list(range(len(frame)))
-
-    def _feature_frame(self, frame: "pd.DataFrame", source: str) -> "pd.DataFrame":
-        """Raw rows with string column names and rows counted from 0; a feature column missing is an error."""
-        self._ensure_fitted()  # the checkpoint's encoding, or the one the train split gives (the same)
-        frame = frame.rename(columns=str).reset_index(drop=True)
-        needed = list(self.encoder.numeric_columns) + list(self.encoder.categorical_columns)
-        missing = [c for c in needed if c not in frame.columns]
-        if missing:
-            raise ValueError(
-                f"{NAME}: {source} lacks the feature column(s) {missing} the model was trained on "
-                f"(columns it has: {shown_fields(list(frame.columns))}); add them (a categorical column may be empty)"
-            )
-        return frame
-
-    def check_rows(self, frame: "pd.DataFrame") -> None:
-        """One ``ValueError`` naming every value of raw rows no numeric column takes ("row 3, column 'age': true is
-        not a number"), or a missing feature column: the MLflow model's check of a request before it predicts."""
-        if cells := bad_numbers(self.encoder, self._feature_frame(frame, "the table")):
-            raise ValueError(bad_numbers_message(NAME, cells))
-
     def prediction_notes(self, frame: "pd.DataFrame | None" = None) -> dict[str, list[str]]:
         """The predictions' column ``unknown_categories`` (``plan='gold'``: values that took the ``<unknown>`` slot;
         also ``region=<missing>`` with ``missing="error"``) of raw rows, or (``None``) of ``predict_path``'s last read; none when no row has one."""
-        rows = None if frame is None else self._feature_frame(frame, "the table")
-        notes = self._new_data_notes if rows is None else unknown_categories(self.encoder, rows)
-        return {UNKNOWN_COLUMN: notes} if any(notes) else {}
+        if frame is not None:
+            return self.row_notes(frame)
+        return {UNKNOWN_COLUMN: self._new_data_notes} if any(self._new_data_notes) else {}
 
     def raw_examples(self, count: int = 5) -> "pd.DataFrame":
         """The first ``count`` rows of the data file's feature columns, as read (the target left out)."""

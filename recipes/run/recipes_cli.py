@@ -205,7 +205,10 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         made and before LightningCLI parses its hyperparameters into the config (``_parse_ckpt_path``, right after
         this method): the class paths they name must be the config's (compared as text, nothing imported); its
         weights are compared with the model once that is built (``instantiate_trainer``)."""
-        data_now = None if cfg.get("allow_data_change") else data_init_args(cfg)
+        data_now = None
+        if not cfg.get("allow_data_change"):  # the data class's own loader and new-data settings never choose rows
+            outside = settings_outside_split(class_at(cfg, "data"))
+            data_now = {k: v for k, v in data_init_args(cfg).items() if k not in outside}
         # `best` ranks by this command's metric: its task's monitor after the config and the command line
         metric = command_metric(
             class_at(cfg, "model"), cfg.get("model.init_args.monitor"), cfg.get("model.init_args.monitor_mode")

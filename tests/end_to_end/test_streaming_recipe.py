@@ -5,6 +5,7 @@ rows and the plan's steps before the first step, the model learns (above the maj
 
 from __future__ import annotations
 
+import mlflow
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -64,6 +65,25 @@ def test_a_folder_of_parquet_files_trains_with_its_sizes_known_before_the_first_
     (best,) = (fitted / "checkpoints" / "tabular_stream" / run.info.run_id).glob("best.ckpt")
     recorded = torch.load(best, weights_only=False)[DATA_KEY]["source"]
     assert recorded == ParquetSource(str(fitted / "events")).fingerprint and recorded.endswith(METADATA_DIGEST)
+
+
+def test_predict_scores_the_test_split_by_row_number_and_the_logged_model_gives_the_same(fitted):
+    """`recipes predict` on a streamed table writes the test split's rows by their numbers in the files, in file
+    order; the run's MLflow model (raw rows in, as a user sends them) gives the same probabilities."""
+    with working_directory(fitted):
+        main(["predict", "-c", str(STREAM), "--data.init_args.path", "events", "--data.init_args.target", "label",
+              "--ckpt_path", "best", "--predictions_path", "scores.csv"])
+    scores = pd.read_csv(fitted / "scores.csv")
+    codes = split_codes(row_hashes(np.arange(3_000), 0), 0.15, 0.15)
+    assert list(scores.columns) == ["row", "prediction", "prob_no", "prob_yes"]
+    assert scores["row"].tolist() == np.flatnonzero(codes == 2).tolist()
+    table = pd.concat(parts(3_000, 0), ignore_index=True)
+    raw = table.iloc[scores["row"].to_numpy()[:50]].drop(columns=["label"])
+    mlflow.set_tracking_uri(f"sqlite:///{fitted / 'mlflow.db'}")
+    (run,) = [r for r in runs_of(fitted, "tabular_stream") if r.data.tags.get("loopwise.stage") == "fit"]
+    model = mlflow.pyfunc.load_model(run.data.tags["loopwise.model_uri"])
+    served = model.predict(raw.reset_index(drop=True))
+    assert served["prob_yes"].to_numpy() == pytest.approx(scores["prob_yes"].to_numpy()[:50], abs=1e-5)
 
 
 def test_test_evaluates_and_the_data_guard_sees_an_edited_file_by_its_metadata(fitted, capsys):

@@ -312,7 +312,7 @@ def test_recipes_help_lists_every_command(workdir):
     out = preloaded_run([sys.executable, "-m", "recipes", "--help"], cwd=REPO, env=dict(os.environ))
     assert out.returncode == 0
     listed = [line.split()[0] for line in out.stdout.split("Each takes --help.")[0].splitlines()[1:] if line.strip()]
-    assert listed == ["fit", "validate", "test", "predict", "compare", "sweep", "sync", "export"]
+    assert listed == ["fit", "validate", "test", "predict", "compare", "sweep", "sync", "export", "pack"]
     assert "{fit,validate,test,predict}" in out.stdout  # LightningCLI's own help follows
 
 
