@@ -92,13 +92,18 @@ class SplitReader:
         return table.take(rows).to_pandas()
 
     def encode(self, pieces: list[Segment]) -> tuple[Tensor, Tensor]:
-        """The pieces' rows, encoded, in order."""
-        features, targets = [], []
+        """The pieces' rows, encoded, in order: written into one tensor as each row group is encoded (a window's
+        memory once, not its pieces and their concatenation)."""
+        total = sum(piece.stop - piece.start for piece in pieces)
+        features = torch.empty(total, self.encoder.in_features)
+        targets = torch.empty(total, dtype=torch.float32 if self.encoder.task == "regression" else torch.long)
+        at = 0
         for piece in pieces:
             frame = self.frame(piece.group, piece.start, piece.stop)
-            features.append(self.encoder.transform(frame))
-            targets.append(self.encoder.targets(frame))
-        return torch.cat(features), torch.cat(targets)
+            features[at : at + len(frame)] = self.encoder.transform(frame)
+            targets[at : at + len(frame)] = self.encoder.targets(frame)
+            at += len(frame)
+        return features, targets
 
 
 class StreamingTableDataset(IterableDataset):
@@ -167,6 +172,7 @@ class StreamingTableDataset(IterableDataset):
             for start in range(drop, len(order), self.batch_size):
                 rows = order[start : start + self.batch_size]
                 yield features[rows], targets[rows]
+            del features, targets, order, permutation  # one window in memory at a time, not two while the next fills
 
     def _in_order(self, pieces: list[Segment]) -> Iterator[tuple[Tensor, Tensor]]:
         """The pieces' rows in batches (the last one of the worker may be short)."""
