@@ -4,6 +4,8 @@
   step: that module's ``FutureWarning`` is ignored (the same deprecation raised from the user's code still prints).
 - Evaluation restores weights only: the fit-time callbacks it lacks are irrelevant, so ``lightning.pytorch.trainer.
   call``'s "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint ..." is ignored.
+- ``recipes.cli.main([...])`` called from Python with the arguments as a list: ``lightning.pytorch.cli``'s warning that
+  ``args`` and a non-empty ``sys.argv`` (the calling program's) were both given is ignored (the list is the command).
 - A streamed table's dataset (``StreamingTableDataset``) is iterable and has a length, its batches, split among the
   loader workers by the dataset itself: ``lightning.pytorch.utilities.data``'s "Your `IterableDataset` has `__len__`
   defined" is ignored.
@@ -25,6 +27,9 @@ from recipes.tracking.quiet_mlflow import DropInfo
 LIGHTNING_WARNINGS = (
     (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"lightning\.pytorch\.utilities\._pytree"),
     (UserWarning, r"Be aware that when using `ckpt_path`, callbacks used to create", r"lightning\.pytorch\.trainer\.call"),
+    # `recipes.cli.main([...])` in Python passes its arguments on purpose: LightningCLI's warning that args and a
+    # non-empty sys.argv (the calling program's, e.g. pytest's) were both given is about a mistake it cannot be
+    (UserWarning, r"LightningCLI's args parameter is intended to run from within Python", r"lightning\.pytorch\.cli"),
     # a streamed table's dataset has a length (its batches) and splits itself among the loader workers
     (UserWarning, r"Your `IterableDataset` has `__len__` defined", r"lightning\.pytorch\.utilities\.data"),
 )
