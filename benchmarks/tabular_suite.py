@@ -435,7 +435,10 @@ def run_seed(table: Table, seed: int, *, set_name: str, cache: Path, tables_dir:
 
 # --- summary -----------------------------------------------------------------------------------------------------
 def verdict(ours: list[float], theirs: list[float], higher_better: bool) -> str:
-    """win, tie or loss of ``ours`` against ``theirs`` (paired by seed): a tie when |mean d| <= SE(d)."""
+    """win, tie or loss of ``ours`` against ``theirs`` (paired by seed): a tie when |mean d| <= SE(d).
+
+    The two sides are compared with a relative tolerance of 1e-9: when one seed differs and the others are equal,
+    |mean d| and SE(d) are the same number (both |d| / n) and float rounding alone would otherwise decide."""
     d = np.asarray(ours) - np.asarray(theirs)
     if not higher_better:
         d = -d
@@ -443,7 +446,7 @@ def verdict(ours: list[float], theirs: list[float], higher_better: bool) -> str:
         return "loss"
     se = float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
     mean = float(d.mean())
-    return "tie" if abs(mean) <= se else ("win" if mean > 0 else "loss")
+    return "tie" if abs(mean) <= se or math.isclose(abs(mean), se, rel_tol=1e-9) else ("win" if mean > 0 else "loss")
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:

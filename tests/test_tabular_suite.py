@@ -125,3 +125,16 @@ def test_regression_baselines_with_categorical_columns_on_the_recipes_split(suit
     assert metrics["trivial"]["rmse"] == pytest.approx(trivial)
     for name in ("lightgbm", "hgb", "linear"):
         assert 0 < metrics[name]["rmse"] < trivial, name
+
+
+def test_verdict_ties_within_one_standard_error_and_at_its_edge(suite):
+    # caravan, 5 seeds: the recipe one test row (of 873) below the majority class in one seed, equal in four.
+    # |mean d| = SE(d) = |d| / 5 exactly; float rounding must not turn that into a loss
+    trivial = [0.9404352806414662] * 5
+    ours = [0.9392898052691867] + trivial[1:]
+    assert suite.verdict(ours, trivial, higher_better=True) == "tie"
+    assert suite.verdict([0.93] * 5, trivial, higher_better=True) == "loss"  # below in every seed
+    assert suite.verdict([0.95, 0.96, 0.95, 0.96, 0.95], trivial, higher_better=True) == "win"
+    assert suite.verdict([0.9, 0.99, 0.9, 0.99, 0.95], trivial, higher_better=True) == "tie"  # noisy: within SE
+    assert suite.verdict([1.0, 2.0], [1.5, 1.6], higher_better=False) == "tie"  # RMSE: lower is better
+    assert suite.verdict([float("nan")] * 2, [1.0, 1.0], higher_better=True) == "loss"  # a failed fit loses
