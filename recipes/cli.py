@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from importlib.util import find_spec
+from typing import Any
 
 #: the packages of the ``loopwise[recipes]`` extra that the command imports (``pip install loopwise`` has none)
 RECIPES_EXTRA = frozenset({"jsonargparse", "mlflow", "optuna", "optuna_integration", "sqlalchemy", "yaml", "psutil",
@@ -50,6 +51,7 @@ def main(args: list[str] | None = None) -> None:
         extra_missing(missing)
     from recipes.run.process_settings import process_settings_kept  # noqa: PLC0415
     from recipes.tracking.hidden_passwords import passwords_hidden_in_output  # noqa: PLC0415
+    from recipes.tracking.quiet_mlflow import no_run_links  # noqa: PLC0415
 
     command = argv[0] if argv else ""
     # torch's switches are kept for the commands that set them; the others would only pay torch's import for it
@@ -57,7 +59,7 @@ def main(args: list[str] | None = None) -> None:
                                                                      command not in ("-h", "--help"))
     try:
         # in a notebook, the next command starts from the user's settings, not this one's
-        with process_settings_kept(torch_switches=sets_torch), passwords_hidden_in_output(argv):
+        with process_settings_kept(torch_switches=sets_torch), passwords_hidden_in_output(argv), no_run_links():
             run_command(args)
     except ModuleNotFoundError as missing_module:  # the modules were installed without the command's whole stack
         if (missing_module.name or "").split(".")[0] not in RECIPES_EXTRA:
@@ -117,6 +119,32 @@ def run_command(args: list[str] | None) -> None:
     run_recipe(args)
 
 
+def fit_wants_test(cli: Any) -> bool:
+    """Whether ``cli`` ran ``fit`` with ``--test_after_fit true`` and the fit finished (not stopped by a signal)."""
+    from lightning.pytorch.trainer.states import TrainerStatus  # noqa: PLC0415
+
+    if cli.subcommand != "fit" or not cli.subcommand_config.get("test_after_fit"):
+        return False
+    return cli.trainer.state.status == TrainerStatus.FINISHED and not cli.trainer.interrupted
+
+
+def fit_best_checkpoint(cli: Any) -> str | None:
+    """The ``best.ckpt`` this fit wrote (its ``RunCheckpoint``); ``None`` when it wrote none."""
+    from recipes.callbacks.run_checkpoint import RunCheckpoint  # noqa: PLC0415
+
+    for callback in cli.trainer.callbacks:
+        if isinstance(callback, RunCheckpoint) and callback.alias == "best" and callback.best_model_path:
+            return str(callback.best_model_path)
+    return None
+
+
+def after_fit_test_arguments(fit_args: list[str], checkpoint: str) -> list[str]:
+    """``recipes fit <args>`` as ``recipes test <args> --ckpt_path <checkpoint>``: "fit" (the first such word, the
+    subcommand) becomes "test"; the fit's own ``--ckpt_path`` (a resume) is overridden by the later one."""
+    at = fit_args.index("fit")
+    return [*fit_args[:at], "test", *fit_args[at + 1 :], "--ckpt_path", checkpoint]
+
+
 def run_recipe(args: list[str] | None) -> None:
     """``recipes fit|validate|test|predict ...``: one recipe through ``RecipesCLI``, its problems in one line."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: PLC0415
@@ -129,7 +157,14 @@ def run_recipe(args: list[str] | None) -> None:
     from recipes.run.recipes_cli import RecipesCLI  # noqa: PLC0415
 
     try:
-        RecipesCLI(args=args)
+        cli = RecipesCLI(args=args)
+        if fit_wants_test(cli):
+            best = fit_best_checkpoint(cli)
+            if best is None:
+                print("recipes: --test_after_fit: this fit wrote no best.ckpt (fast_dev_run, or no validation ran); "
+                      "nothing tested", file=sys.stderr)
+            else:
+                run_recipe(after_fit_test_arguments(sys.argv[1:] if args is None else list(args), best))
     except RecipeInputError as err:
         print(f"recipes: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

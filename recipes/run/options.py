@@ -80,3 +80,11 @@ def add_recipe_options(parser: LightningArgumentParser) -> None:
         default=None,
         help="CSV file for `recipes predict` (default predictions/<experiment>-<time>.csv).",
     )
+    parser.add_argument(
+        "--test_after_fit",
+        type=bool,
+        default=False,
+        help="`recipes fit` only: once the fit has finished (max_epochs or early stopping, not a stop by signal), "
+        "test its best.ckpt on the test split in the same process, as `recipes test` with the same arguments and "
+        "`--ckpt_path best` would: its own MLflow run, tagged with the fit run's id (loopwise.fit_run_id).",
+    )

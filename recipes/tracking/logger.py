@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -29,6 +30,7 @@ from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, shor
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from recipes.tracking.uris import default_tracking_uri
 from recipes.tracking.experiment_kind import mark_experiment_kind
+from recipes.tracking.quiet_mlflow import EXPERIMENT_CREATION, quiet_info
 from recipes.tracking.end_of_run import context_tags
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
@@ -118,7 +120,8 @@ class RecipeLogger(MLFlowLogger):
         created with the default name is named ``<experiment>-<short run id>`` at once. A store that is read-only
         when the run would be created is ``TrackingStoreReadOnly`` (one line, before training)."""
         try:
-            client = super().experiment
+            with quiet_info(*EXPERIMENT_CREATION, up_to=logging.WARNING):  # a first run creates its experiment
+                client = super().experiment
         except Exception as err:
             if is_read_only(err):
                 raise read_only_at_start(self.store_uri) from None

@@ -35,26 +35,31 @@ MODEL_LOGGING_WARNINGS = (
     (UserWarning, r"Hint: Inferred schema contains integer column", r"mlflow\.types\.utils"),
 )
 PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+#: MLflow's switch for the "View run ... at: <url>" and "View experiment at: <url>" lines it writes to stdout when a
+#: run against a tracking server ends (``TrackingServiceClient._log_url``)
+RUN_LINKS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+#: Lightning's MLFlowLogger warns when it creates the experiment a run names, which is what a first run does
+EXPERIMENT_CREATION = ("lightning.pytorch.loggers.mlflow", ("Experiment with name ",))
 
 
 class DropInfo(logging.Filter):
-    """Drops the records of INFO level or below whose message starts with one of ``messages``; every other record,
-    warnings and errors included, passes."""
+    """Drops the records of INFO level or below (``up_to``) whose message starts with one of ``messages``; every
+    other record, warnings and errors included, passes."""
 
-    def __init__(self, messages: tuple[str, ...]) -> None:
+    def __init__(self, messages: tuple[str, ...], up_to: int = logging.INFO) -> None:
         super().__init__()
-        self.messages = messages
+        self.messages, self.up_to = messages, up_to
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno > logging.INFO or not record.getMessage().startswith(self.messages)
+        return record.levelno > self.up_to or not record.getMessage().startswith(self.messages)
 
 
 @contextmanager
-def quiet_info(logger_name: str, messages: tuple[str, ...]) -> Iterator[None]:
-    """Within the block, the INFO records of the logger ``logger_name`` that start with one of ``messages`` are
-    dropped (``DropInfo`` on that logger, removed after)."""
+def quiet_info(logger_name: str, messages: tuple[str, ...], up_to: int = logging.INFO) -> Iterator[None]:
+    """Within the block, the records of the logger ``logger_name`` up to level ``up_to`` (INFO) that start with one
+    of ``messages`` are dropped (``DropInfo`` on that logger, removed after)."""
     logger = logging.getLogger(logger_name)
-    drop = DropInfo(messages)
+    drop = DropInfo(messages, up_to)
     logger.addFilter(drop)
     try:
         yield
@@ -77,6 +82,21 @@ def no_progress_bar() -> Iterator[None]:
 
 
 @contextmanager
+def no_run_links() -> Iterator[None]:
+    """Within the block (a ``recipes`` command), MLflow writes no "View run ... at" / "View experiment at" lines to
+    stdout when a run against a server ends (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT=true``), unless the user set
+    the variable: ``recipes compare`` lists the runs, and stdout stays the command's own."""
+    quiet = RUN_LINKS not in os.environ
+    if quiet:
+        os.environ[RUN_LINKS] = "true"
+    try:
+        yield
+    finally:
+        if quiet:
+            os.environ.pop(RUN_LINKS, None)
+
+
+@contextmanager
 def quiet_model_logging() -> Iterator[None]:
     """Around loopwise's own calls that infer the model's signature and save the pyfunc model: MLflow's warning about
     integer columns in the signature (``MODEL_LOGGING_WARNINGS``), its input-example line and the progress bar of the
@@ -92,11 +112,14 @@ def quiet_model_logging() -> Iterator[None]:
 
 __all__ = [
     "EXAMPLE_VALIDATION",
+    "EXPERIMENT_CREATION",
     "MODEL_LOGGING_WARNINGS",
+    "RUN_LINKS",
     "STORE_CREATION",
     "SYSTEM_METRICS_MONITOR",
     "DropInfo",
     "no_progress_bar",
+    "no_run_links",
     "quiet_info",
     "quiet_model_logging",
 ]

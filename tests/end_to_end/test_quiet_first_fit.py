@@ -42,12 +42,15 @@ NOISE_ON_STDOUT = (
 )
 
 
-def fresh_fit(directory: Path, *args: str) -> subprocess.CompletedProcess:
-    """`recipes fit -c configs/spiral_mlp.yaml <args>` in ``directory`` as a new user's shell runs it."""
+def fresh_fit(directory: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`recipes fit -c configs/spiral_mlp.yaml <args>` in ``directory`` as a new user's shell runs it (with ``env``
+    added: a user's ``MLFLOW_TRACKING_URI``)."""
+    added = env or {}
     env = recipes_env()
     env.pop("PYTHONWARNINGS", None)  # the test suite's setting; a user's shell has none
     for name in [k for k in env if k.startswith("MLFLOW_")]:
         env.pop(name)
+    env.update(added)
     out = subprocess.run(
         [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *EPOCHS, *args],
         cwd=directory, env=env, capture_output=True, timeout=300,
@@ -110,3 +113,26 @@ def test_a_warning_from_user_code_still_prints_and_loopwise_warnings_are_one_lin
     assert any("LoopDoctor [initial_loss]: first-batch loss" in line for line in doctor), noise
     assert all(line.startswith("recipes: warning: LoopDoctor [") for line in doctor), noise
     assert not [line for line in noise if line not in user + doctor], noise  # nothing else
+
+
+@pytest.mark.slow  # a real mlflow server and a fit in a subprocess
+def test_a_fit_against_a_tracking_server_prints_no_library_line(tmp_path):
+    """Issue 57, point 5: with ``MLFLOW_TRACKING_URI`` naming a running ``mlflow server`` (a team's set-up), the fit
+    prints what the first fit prints and nothing more: no "Experiment ... not found. Creating it.", no artifact
+    progress bar, no "View run ... at" line; the logged model's URI is loopwise's one line on stderr."""
+    from tests.mlflow_server import MlflowServer
+
+    server = MlflowServer(tmp_path / "server_root")
+    (tmp_path / "server_root").mkdir()
+    server.start()
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        out = fresh_fit(work, env={"MLFLOW_TRACKING_URI": server.uri})
+    finally:
+        server.stop()
+    assert "Training plan" in out.stdout and "LoopDoctor: no findings" in out.stdout
+    assert not (work / "mlflow.db").exists()  # the server holds the record
+    noise = unactionable(out)
+    noise += [line for line in out.stdout.split("\n") if re.search(r"View run|View experiment|not found\. Creating", line)]
+    assert len(noise) == 0, "a fit against a server printed:\n" + "\n".join(noise)
