@@ -19,6 +19,8 @@ answered by the end of the run; only a run that ends while its server is away ne
 
 from __future__ import annotations
 
+import sys
+
 import threading
 import time
 from collections.abc import Callable
@@ -144,7 +146,7 @@ class ServerCatchUp:
             except Exception as err:  # noqa: BLE001  (away again: the logger's failure path, a new outage)
                 self.on_failed(err)
                 return False
-        print(caught_up_message(self.uri, result), flush=True)
+        print(caught_up_message(self.uri, result), file=sys.stderr, flush=True)  # a notice: stdout is the run's
         return True
 
 __all__ = ["CATCH_UP_PROBE_S", "CatchUpResult", "ServerCatchUp", "caught_up_message"]
