@@ -9,6 +9,9 @@
 - A streamed table's dataset (``StreamingTableDataset``) is iterable and has a length, its batches, split among the
   loader workers by the dataset itself: ``lightning.pytorch.utilities.data``'s "Your `IterableDataset` has `__len__`
   defined" is ignored.
+- A table with fewer batches an epoch than ``log_every_n_steps``: ``lightning.pytorch.loops.fit_loop``'s "The number
+  of training batches (N) is smaller than the logging interval" is ignored; the tasks log each train metric per epoch
+  too, so the epoch lines and the run hold them.
 - Lightning's INFO lines on its ``rank_zero`` logger that advertise other products (``💡 Tip: ...`` litlogger,
   litmodels) and that say it loads the train loader early to count the steps (the recipes' schedules ask for
   ``estimated_stepping_batches``) are dropped; its other lines (seed, devices, why the fit stopped) stay.
@@ -32,6 +35,10 @@ LIGHTNING_WARNINGS = (
     (UserWarning, r"LightningCLI's args parameter is intended to run from within Python", r"lightning\.pytorch\.cli"),
     # a streamed table's dataset has a length (its batches) and splits itself among the loader workers
     (UserWarning, r"Your `IterableDataset` has `__len__` defined", r"lightning\.pytorch\.utilities\.data"),
+    # a small table has fewer batches an epoch than log_every_n_steps: the tasks log every train metric per epoch
+    # as well (the epoch lines, the MLflow run), so nothing the warning speaks of is missing
+    (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval",
+     r"lightning\.pytorch\.loops\.fit_loop"),
 )
 #: Lightning's logger for ``rank_zero_info`` and the starts of the INFO messages dropped from it
 RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"

@@ -42,9 +42,10 @@ NOISE_ON_STDOUT = (
 )
 
 
-def fresh_fit(directory: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`recipes fit -c configs/spiral_mlp.yaml <args>` in ``directory`` as a new user's shell runs it (with ``env``
-    added: a user's ``MLFLOW_TRACKING_URI``)."""
+def fresh_fit(directory: Path, *args: str, env: dict[str, str] | None = None,
+              config: Path = SPIRAL) -> subprocess.CompletedProcess:
+    """`recipes fit -c <config: configs/spiral_mlp.yaml> <args>` in ``directory`` as a new user's shell runs it (with
+    ``env`` added: a user's ``MLFLOW_TRACKING_URI``)."""
     added = env or {}
     env = recipes_env()
     env.pop("PYTHONWARNINGS", None)  # the test suite's setting; a user's shell has none
@@ -52,7 +53,7 @@ def fresh_fit(directory: Path, *args: str, env: dict[str, str] | None = None) ->
         env.pop(name)
     env.update(added)
     out = subprocess.run(
-        [sys.executable, "-m", "recipes", "fit", "-c", str(SPIRAL), *EPOCHS, *args],
+        [sys.executable, "-m", "recipes", "fit", "-c", str(config), *EPOCHS, *args],
         cwd=directory, env=env, capture_output=True, timeout=300,
     )
     # decoded here rather than with text=True, which turns a progress bar's carriage returns into new lines
@@ -136,3 +137,21 @@ def test_a_fit_against_a_tracking_server_prints_no_library_line(tmp_path):
     noise = unactionable(out)
     noise += [line for line in out.stdout.split("\n") if re.search(r"View run|View experiment|not found\. Creating", line)]
     assert len(noise) == 0, "a fit against a server printed:\n" + "\n".join(noise)
+
+
+def test_a_fit_on_a_small_user_table_prints_no_warning(tmp_path):
+    """Issue 57: a user's 150-row table has 7 batches an epoch at the recipe's automatic batch size, fewer than
+    log_every_n_steps (10); Lightning's "smaller than the logging interval" warning printed on every such fit. The
+    train metrics are logged per epoch all the same."""
+    import pandas as pd
+    from sklearn.datasets import load_iris
+
+    frame = load_iris(as_frame=True).frame.rename(columns={"target": "species"})
+    frame.to_csv(tmp_path / "iris.csv", index=False)
+    out = fresh_fit(tmp_path, "--data.init_args.path", "iris.csv", "--data.init_args.target", "species",
+                    config=CONFIGS / "tabular_mlp.yaml")
+    assert "batches per epoch        7" in out.stdout
+    assert "train/loss" in out.stdout.split("epoch 1/1")[1]  # the epoch's train metrics are there
+    noise = unactionable(out)
+    assert len(noise) == 0, "a small table's fit printed:\n" + "\n".join(noise)
+    assert pd.read_csv(tmp_path / "iris.csv").shape == (150, 5)  # the user's file is as it was
