@@ -155,7 +155,7 @@ def prepare_tracking(cfg: Namespace) -> None:
     if recipe_logger_config(cfg) is not None:
         # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
         # (before the logger is built: MLflow's client opens, and creates, the database then)
-        prepare_sqlite_store(tracking_uri(cfg), experiment_name(cfg))
+        prepare_sqlite_store(tracking_uri(cfg), None)  # the experiment: when the run is created (RecipeLogger)
         for run_id in close_abandoned_runs(tracking_uri(cfg), experiment_name(cfg)):
             print(
                 f"recipes: run {run_id} was left RUNNING by a process that no longer exists: marked KILLED",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -30,7 +29,7 @@ from recipes.tracking.failures import (  # noqa: F401  (fast_http_failures, shor
 from recipes.tracking.journal import JOURNAL_NAME, TrackingJournal, read_journal, replay
 from recipes.tracking.uris import default_tracking_uri
 from recipes.tracking.experiment_kind import mark_experiment_kind
-from recipes.tracking.quiet_mlflow import EXPERIMENT_CREATION, quiet_info
+from recipes.tracking.sqlite_store import ensure_experiment
 from recipes.tracking.end_of_run import context_tags
 
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"
@@ -106,6 +105,7 @@ class RecipeLogger(MLFlowLogger):
         self.write_behind = WriteBehind(lambda: self.experiment, lambda: self.run_id, lambda: self.store_failure,
                                         self.store_failed, self._write_lock)
         self.synchronous = synchronous  # every call written before it returns: nothing held back
+        self._experiment_unchecked = True  # the experiment exists (``ensure_experiment``), checked once
         self._kind_unchecked = True  # the experiment's kind (recipes/tracking/experiment_kind.py), checked once
         watch_store_failures(self)
 
@@ -120,8 +120,12 @@ class RecipeLogger(MLFlowLogger):
         created with the default name is named ``<experiment>-<short run id>`` at once. A store that is read-only
         when the run would be created is ``TrackingStoreReadOnly`` (one line, before training)."""
         try:
-            with quiet_info(*EXPERIMENT_CREATION, up_to=logging.WARNING):  # a first run creates its experiment
-                client = super().experiment
+            if self._experiment_unchecked and rank_zero_only.rank == 0 and not mlflow_logger_run_created(self):
+                # the experiment made here, with its kind, only now that the run is made: a command that failed
+                # before left none empty (and Lightning, finding it, does not warn that it creates it)
+                self._experiment_unchecked = False
+                ensure_experiment(self.store_uri, self.experiment_name)
+            client = super().experiment
         except Exception as err:
             if is_read_only(err):
                 raise read_only_at_start(self.store_uri) from None

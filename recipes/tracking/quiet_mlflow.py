@@ -38,28 +38,26 @@ PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 #: MLflow's switch for the "View run ... at: <url>" and "View experiment at: <url>" lines it writes to stdout when a
 #: run against a tracking server ends (``TrackingServiceClient._log_url``)
 RUN_LINKS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
-#: Lightning's MLFlowLogger warns when it creates the experiment a run names, which is what a first run does
-EXPERIMENT_CREATION = ("lightning.pytorch.loggers.mlflow", ("Experiment with name ",))
 
 
 class DropInfo(logging.Filter):
-    """Drops the records of INFO level or below (``up_to``) whose message starts with one of ``messages``; every
-    other record, warnings and errors included, passes."""
+    """Drops the records of INFO level or below whose message starts with one of ``messages``; every other record,
+    warnings and errors included, passes."""
 
-    def __init__(self, messages: tuple[str, ...], up_to: int = logging.INFO) -> None:
+    def __init__(self, messages: tuple[str, ...]) -> None:
         super().__init__()
-        self.messages, self.up_to = messages, up_to
+        self.messages = messages
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno > self.up_to or not record.getMessage().startswith(self.messages)
+        return record.levelno > logging.INFO or not record.getMessage().startswith(self.messages)
 
 
 @contextmanager
-def quiet_info(logger_name: str, messages: tuple[str, ...], up_to: int = logging.INFO) -> Iterator[None]:
-    """Within the block, the records of the logger ``logger_name`` up to level ``up_to`` (INFO) that start with one
-    of ``messages`` are dropped (``DropInfo`` on that logger, removed after)."""
+def quiet_info(logger_name: str, messages: tuple[str, ...]) -> Iterator[None]:
+    """Within the block, the INFO records of the logger ``logger_name`` that start with one of ``messages`` are
+    dropped (``DropInfo`` on that logger, removed after)."""
     logger = logging.getLogger(logger_name)
-    drop = DropInfo(messages, up_to)
+    drop = DropInfo(messages)
     logger.addFilter(drop)
     try:
         yield
@@ -112,7 +110,6 @@ def quiet_model_logging() -> Iterator[None]:
 
 __all__ = [
     "EXAMPLE_VALIDATION",
-    "EXPERIMENT_CREATION",
     "MODEL_LOGGING_WARNINGS",
     "RUN_LINKS",
     "STORE_CREATION",

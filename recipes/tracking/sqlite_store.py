@@ -7,8 +7,9 @@ and one dies with ``RESOURCE_ALREADY_EXISTS``. Once the tables and the experimen
 MLflow sets ``PRAGMA busy_timeout = 20000`` on every SQLite session, so a writer waits up to 20 s for the other's
 transaction instead of failing with ``database is locked``.
 
-``prepare_sqlite_store`` does the two one-time steps under an exclusive ``flock`` on the database's directory, so the
-first process creates and the others wait, then find everything in place. Other tracking URIs (a server, another
+``prepare_sqlite_store`` creates the database and ``ensure_experiment`` the experiment (when a run is about to be
+created in it), each under an exclusive ``flock`` on the database's directory, so the first process creates and the
+others wait, then find everything in place. Other tracking URIs (a server, another
 database) are left alone: a server serializes this itself.
 
 The first start is atomic: MLflow creates its tables in a hidden temporary file next to the database, which is moved
@@ -108,4 +109,25 @@ def remove_interrupted_creations(database: Path) -> None:
         leftover.unlink(missing_ok=True)
 
 
-__all__ = ["create_database_atomically", "directory_lock", "prepare_sqlite_store", "sqlite_database_path"]
+def ensure_experiment(uri: str, name: str) -> None:
+    """The experiment ``name`` in the store at ``uri``, created as a model-development experiment when missing, at
+    the moment a run is about to be created in it (not before: a command that fails before then leaves no empty
+    experiment). On a SQLite store under ``directory_lock`` (recipes started together on one ``mlflow.db`` take
+    turns); on a server, a creation that loses a race with another client's finds the experiment made."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    database = sqlite_database_path(uri)
+    client = MlflowClient(uri)
+    with directory_lock(database.parent.resolve()) if database is not None else contextlib.nullcontext():
+        if client.get_experiment_by_name(name) is not None:
+            return
+        try:
+            create_experiment(client, name)  # a model-development experiment in MLflow's UI
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+
+
+__all__ = ["create_database_atomically", "directory_lock", "ensure_experiment", "prepare_sqlite_store",
+           "sqlite_database_path"]

@@ -85,7 +85,7 @@ def test_a_store_back_gets_the_journal_each_value_once_also_what_was_recorded_du
     assert steps(client, run_id, "val/acc") == [0, 1, 2, 3, 4]  # step 0 not twice, step 4 (recorded meanwhile) once
     assert steps(client, run_id, "train/loss") == [1, 2, 3]
     assert client.get_run(run_id).data.tags["loopwise.checkpoint_step"] == "3"
-    (line,) = capsys.readouterr().out.splitlines()
+    (line,) = capsys.readouterr().err.splitlines()  # a notice: stderr
     assert line.startswith("recipes: the tracking server at http://127.0.0.1:5000 answers again (away for ")
     assert "wrote the 7 metric value(s), 0 param(s) and 1 tag(s) of the outage" in line
     assert catch_up.try_now() is True and len(resumed) == 1  # caught up: nothing more to do
@@ -101,7 +101,7 @@ def test_the_end_of_the_run_catches_up_with_a_store_back_since_the_last_probe(ru
     server.away = False
     catch_up.finish()
     assert steps(client, run_id, "val/acc") == [7] and len(resumed) == 1
-    assert "answers again" in capsys.readouterr().out
+    assert "answers again" in capsys.readouterr().err
     catch_up.start()  # the run has ended: no thread probes any more
     assert not [t for t in threading.enumerate() if t.name == "recipes-catch-up" and t.is_alive()]
 
@@ -116,7 +116,7 @@ def test_a_store_still_away_at_the_end_leaves_the_journal_for_recipes_sync(run, 
     started = time.monotonic()
     catch_up.finish()
     assert time.monotonic() - started < 1
-    assert resumed == [] and steps(client, run_id, "val/acc") == [] and capsys.readouterr().out == ""
+    assert resumed == [] and steps(client, run_id, "val/acc") == [] and capsys.readouterr().err == ""
 
 
 def test_the_background_thread_catches_up_within_its_interval(run, capsys):
