@@ -1,7 +1,8 @@
 """The ``data_wait`` check: the fraction of step time spent waiting for the next batch.
 
 The median over an epoch's steps is logged as ``doctor/data_wait_fraction``; a hint when it passes the threshold
-(30% by default): the data loader is the bottleneck.
+(30% by default): the data loader is the bottleneck. Tensors already in memory (a plain ``BatchedTensorDataset`` or
+``TensorDataset``) get no hint: no loader setting shortens their wait (``holds_tensors``).
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ class DataWaitCheck(DoctorCheck):
             fraction = statistics.median(self._step_fractions)
             self.data_wait_fractions.append((trainer.current_epoch, fraction))
             self.reporter.log_metric(trainer, "doctor/data_wait_fraction", fraction)
-            if fraction > self.threshold and not self.already_reported():
-                loader = trainer.train_dataloader
+            loader = trainer.train_dataloader
+            if fraction > self.threshold and not self.already_reported() and not holds_tensors(loader):
                 workers = getattr(loader, "num_workers", "?")
                 pinned = getattr(loader, "pin_memory", "?")
                 self.reporter.report(
@@ -157,4 +158,15 @@ class DataWaitCheck(DoctorCheck):
             self._fetch_seconds = 0.0
 
 
-__all__ = ["DataWaitCheck"]
+def holds_tensors(loader: Any) -> bool:
+    """Whether ``loader`` reads tensors already in memory (a plain ``BatchedTensorDataset`` or ``TensorDataset``,
+    not a subclass that computes its samples): no loader setting shortens its wait, which is the training loop's own
+    work between steps (hooks, logging), so the check logs the fraction and gives no loader advice."""
+    from torch.utils.data import TensorDataset  # noqa: PLC0415
+
+    from datamodules.tensor_dataset import BatchedTensorDataset  # noqa: PLC0415
+
+    return type(getattr(loader, "dataset", None)) in (BatchedTensorDataset, TensorDataset)
+
+
+__all__ = ["DataWaitCheck", "holds_tensors"]

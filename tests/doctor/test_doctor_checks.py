@@ -316,3 +316,18 @@ def test_unused_parameters_are_named_and_frozen_ones_are_not_mistaken_for_them()
     doctor = LoopDoctor(unused_parameters=False)
     fit(doctor, ClassificationModule(WithSpareHead(), num_classes=3), data)
     assert "unused_parameters" not in doctor.checks
+
+
+def test_data_wait_check_gives_no_loader_advice_for_tensors_in_memory():
+    """Issue 57: a table held as tensors waits only on the loop's own work between steps; advice about workers and
+    pinned memory would change nothing. The fraction is still measured."""
+    from datamodules.tensor_dataset import BatchedTensorDataset, keep_batch
+
+    x, y = rows(48, 0)
+    for dataset, collate in ((TensorDataset(x, y), None), (BatchedTensorDataset(x, y), keep_batch)):
+        check = DataWaitCheck(threshold=1e-6, skip_batches=1)  # any wait at all would be reported
+        fit(check, classifier(), DataLoader(dataset, batch_size=8, collate_fn=collate))
+        assert len(check.data_wait_fractions) == 1 and check.findings == []
+    check = DataWaitCheck(threshold=1e-6, skip_batches=1)
+    fit(check, classifier(), DataLoader(SleepyDataset(48, delay=0.004), batch_size=8))  # computed samples: advice
+    assert [f.check for f in check.findings] == ["data_wait"]
