@@ -15,7 +15,7 @@ callback of its own, usable alone in ``Trainer(callbacks=[...])``:
 - ``data_wait`` (``DataWaitCheck``): the fraction of step time spent waiting for the next batch, logged per epoch as
   ``doctor/data_wait_fraction``, with a hint when it passes 30%.
 - ``leakage`` (``LeakageCheck``): train and val samples hashed (``sample_hashing``); val samples identical to a train
-  sample are counted (``doctor/val_train_overlap``) and reported.
+  sample are counted (the run tag ``loopwise.val_train_overlap``) and reported.
 - ``schedule`` (``ScheduleCheck``): a per-step LR schedule stepped per epoch (002: the LR moves ``len(loader)``
   times too slowly) is an error before training starts; so is a ``ReduceLROnPlateau`` whose monitor is never logged
   (checked at the end of the first epoch with a validation, before Lightning steps the scheduler).

@@ -1,7 +1,8 @@
 """The ``leakage`` check: val samples identical to a train sample.
 
 Train and val samples are hashed (``sample_hashing``) at the start of training; the number of val samples identical
-(inputs and targets) to a train sample is logged as ``doctor/val_train_overlap`` and reported when it is not zero.
+(inputs and targets) to a train sample is set as the run tag ``loopwise.val_train_overlap`` and reported when it is
+not zero.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from datamodules.recipe_contract import SplitDatasets, split_datasets_of
 from recipes.doctor.base import DoctorCheck
 from recipes.doctor.findings import FindingsReporter
 from recipes.doctor.sample_hashing import sample_hashes
+
+#: the run tag holding the number of val samples identical to a train sample
+OVERLAP_TAG = "loopwise.val_train_overlap"
 
 
 def split_datasets(trainer: pl.Trainer) -> tuple[Dataset | None, list[Dataset] | None]:
@@ -107,7 +111,9 @@ class LeakageCheck(DoctorCheck):
             note(trainer, f"leakage check skipped: {err}")
             return
         self.leakage_overlap = overlap
-        self.reporter.log_metric(trainer, "doctor/val_train_overlap", overlap)
+        # one number per run: a tag, not a one-point metric series (which MLflow's charts and parallel coordinates
+        # put before val/* and train/*)
+        self.reporter.set_tag(trainer, OVERLAP_TAG, str(overlap))
         seconds = time.perf_counter() - started
         note(
             trainer,
@@ -124,4 +130,4 @@ class LeakageCheck(DoctorCheck):
             )
 
 
-__all__ = ["LeakageCheck", "SplitDatasets", "split_datasets"]
+__all__ = ["OVERLAP_TAG", "LeakageCheck", "SplitDatasets", "split_datasets"]

@@ -40,7 +40,8 @@ class LoopDoctor(ForwardingCallback):
     Findings are warned once per check (``LoopDoctorWarning``), kept in ``findings`` (``Finding(check, message,
     step, epoch)``) and, with an MLflow logger, set as run tags ``doctor.<check>``; the tag ``doctor.findings``
     lists the checks that found something ("none" for a clean run). Series are logged to the trainer's loggers:
-    ``doctor/grad_norm``, ``doctor/data_wait_fraction``, ``doctor/val_train_overlap``. The non-finite guard and
+    ``doctor/grad_norm``, ``doctor/data_wait_fraction`` (the train/val overlap is the run tag
+    ``loopwise.val_train_overlap``). The non-finite guard and
     the schedule check stop the run (``NonFiniteError``, ``ScheduleError``) after setting the tag
     ``doctor.failure``.
 

@@ -110,7 +110,7 @@ def log_kept_model(client: Any, run_id: str, source: Path, entry: dict[str, Any]
         kept.artifact_path = mlflow_model.artifact_path
         kept.save(str(Path(path) / "MLmodel"))
 
-    model_id = log_logged_model(client, run_id, str(entry.get("name") or MODEL_DIR), step,
+    model_id = log_logged_model(client, run_id, str(entry["name"]) if entry.get("name") else None, step,
                                 {str(k): str(v) for k, v in (entry.get("tags") or {}).items()}, save)
     uri = f"{MODEL_URI_PREFIX}{model_id}"
     client.set_tag(run_id, str(entry["uri_tag"]), uri)

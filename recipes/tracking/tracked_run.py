@@ -133,11 +133,12 @@ class TrackedRun:
         model_config: dict[str, Any],
         input_example: tuple[Any, Any] | None,
         registered_model_name: str | None = None,
-        name: str = "model",
+        name: str | None = None,
         best: tuple[str, float] | None = None,
         uri_tag: str | None = None,
     ) -> tuple[str | None, str | None]:
-        """Log an MLflow pyfunc model "from code" (``code_path``) as an MLflow 3 logged model ``name`` of this run
+        """Log an MLflow pyfunc model "from code" (``code_path``) as an MLflow 3 logged model ``name`` (``None``: the
+        run's name) of this run
         (``recipes.tracking.logged_model``), with a signature inferred from ``input_example`` (inputs, outputs; its input columns optional,
         so the model's own check names a missing one, and columns of numbers typed Any, so that MLflow's server
         hands the model a JSON ``true`` or ``null`` as it was sent, for its check to name), and

@@ -94,7 +94,8 @@ def test_healthy_spiral_run_reports_nothing_and_logs_its_series(workdir, capsys)
     client = mlflow_client(workdir)
     assert len(client.get_metric_history(logger.run_id, "doctor/grad_norm")) == 9
     assert len(client.get_metric_history(logger.run_id, "doctor/data_wait_fraction")) == 3
-    assert client.get_metric_history(logger.run_id, "doctor/val_train_overlap")[0].value == 0
+    assert run.data.tags["loopwise.val_train_overlap"] == "0"  # one number: a tag, not a metric (issue 57)
+    assert client.get_metric_history(logger.run_id, "doctor/val_train_overlap") == []
     out = capsys.readouterr().out
     assert "leakage check: 0 of 120 val samples" in out and "LoopDoctor: no findings" in out
 

@@ -37,7 +37,16 @@ def test_the_fit_logs_one_logged_model_linked_to_its_run_and_best_metrics_and_re
     (run,) = runs_of(registered, "spiral_mlp")
     experiment_id = run.info.experiment_id
     (model,) = client.search_logged_models([experiment_id])
-    assert model.source_run_id == run.info.run_id and model.name == "model" and str(model.status) == "READY"
+    assert model.source_run_id == run.info.run_id and str(model.status) == "READY"
+    # named after its run (issue 57: MLflow's Models tab listed every model as "model")
+    assert model.name == run.info.run_name == f"spiral_mlp-{run.info.run_id[:8]}"
+    # the val metrics name the run's val dataset input: the model page's "Datasets used" (it showed None)
+    (val_input,) = [i for i in run.inputs.dataset_inputs
+                    if {t.key: t.value for t in i.tags}.get("mlflow.data.context") == "val"]
+    linked_val = [m for m in model.metrics if m.key.startswith("val/")]
+    assert linked_val and all((m.dataset_name, m.dataset_digest) == (val_input.dataset.name, val_input.dataset.digest)
+                              for m in linked_val)
+    assert all(m.dataset_name is None for m in model.metrics if m.key == "epoch")  # no split: no dataset
     assert run.data.tags[MODEL_TAG] == f"models:/{model.model_id}"
     assert [o.model_id for o in run.outputs.model_outputs] == [model.model_id]
     # the linked metrics are those of the step of the best checkpoint: its monitored value, its epoch
