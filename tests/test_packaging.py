@@ -20,7 +20,8 @@ FROM_IMPORT = re.compile(r"\bfrom ((?:recipes|lightning_modules|datamodules)(?:\
 
 
 def readme_names() -> set[str]:
-    text = (REPO / "README.md").read_text()
+    """The names the README and the documentation pages give users."""
+    text = "\n".join(path.read_text() for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))])
     names = {name for name in DOTTED.findall(text) if not name.endswith((".py", ".yaml"))}
     for module, imported in FROM_IMPORT.findall(text):
         names |= {f"{module}.{name.strip()}" for name in imported.split(",") if name.strip()}

@@ -1,4 +1,4 @@
-"""The README's "Bad input" table stays honest: every row names at least one test, and every named test exists."""
+"""The documentation's "Bad input" table (docs/reference/bad-input.md) stays honest: every row names at least one test, and every named test exists."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ TEST_REF = re.compile(r"`(tests/[\w/]+\.py::\w+(?:\[[^\]`]+\])?)`")
 
 
 def catalogue_rows() -> list[tuple[str, list[str]]]:
-    """``(input, [test ids])`` of every row of the README's "## Bad input" table."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Bad input", 1)[1].split("\n## ", 1)[0]
+    """``(input, [test ids])`` of every row of the "Bad input" page's table."""
+    text = (REPO / "docs" / "reference" / "bad-input.md").read_text()
+    section = text.split("# Bad input", 1)[1].split("\n## ", 1)[0]
     rows = []
     for line in section.splitlines():
         if not line.startswith("|") or line.startswith("|---") or line.startswith("| input |"):
@@ -49,4 +49,4 @@ def test_every_named_test_exists():
                 param_id = param.rstrip("]")
                 if not (param_id in literals or all(part in literals for part in param_id.split("-"))):
                     missing.append(test)
-    assert missing == [], f"README names tests that do not exist: {missing}"
+    assert missing == [], f"docs/reference/bad-input.md names tests that do not exist: {missing}"
