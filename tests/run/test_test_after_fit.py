@@ -4,15 +4,20 @@ fit's run id, even where an earlier fit of the recipe scored better (plain `--ck
 
 from __future__ import annotations
 
-import mlflow
+from pathlib import Path
+
+from mlflow import MlflowClient
 
 from recipes.cli import main, after_fit_test_arguments
 from tests.conftest import SPIRAL
 
 
 def runs_by_stage(stage: str) -> list:
-    return mlflow.search_runs(search_all_experiments=True, output_format="list",
-                              filter_string=f"tags.`loopwise.stage` = '{stage}'", order_by=["start_time ASC"])
+    """The runs of the working directory's store (not MLflow's global URI, which another test may have set)."""
+    client = MlflowClient(f"sqlite:///{Path.cwd() / 'mlflow.db'}")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, filter_string=f"tags.`loopwise.stage` = '{stage}'",
+                              order_by=["start_time ASC"])
 
 
 def test_fit_then_test_of_that_fit_in_one_command(workdir):
