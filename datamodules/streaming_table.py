@@ -317,32 +317,6 @@ class StreamingTableDataModule(EncodedTableRows, LightningDataModule):
         return None if self.task == "regression" else self._fitted().class_names
 
     @property
-    def num_classes(self) -> int | None:
-        """Number of classes; ``None`` for regression."""
-        names = self.class_names
-        return None if names is None else len(names)
-
-    @property
-    def out_features(self) -> int:
-        """Output width the network needs: ``num_classes`` for classification, 1 for regression."""
-        return 1 if self.task == "regression" else int(self.num_classes or 0)
-
-    @property
-    def in_features(self) -> int:
-        """Width of one encoded row."""
-        return self._fitted().in_features
-
-    @property
-    def numeric_features(self) -> int:
-        """The leading scaled numeric positions of a row (for numerical embeddings)."""
-        return self._fitted().numeric_features
-
-    @property
-    def feature_names(self) -> list[str]:
-        """Name of each input position."""
-        return self._fitted().feature_names
-
-    @property
     def source_digest(self) -> str:
         """The files' identity from their Parquet metadata (names, row groups, sizes, column statistics): the run's
         dataset input and the data guard's digest, without reading the rows."""
@@ -387,7 +361,8 @@ class StreamingTableDataModule(EncodedTableRows, LightningDataModule):
         """Read the metadata, count each split's rows per row group (and the labels), fit the encoding on a sample."""
         if self.source is not None and self.split_counts and self.encoder is not None and self.encoder.fitted:
             return
-        source = ParquetSource(self.path, owner=NAME)
+        # the metadata read once: source_digest (the data guard, before setup) may have opened the files already
+        source = self.source if self.source is not None else ParquetSource(self.path, owner=NAME)
         if self._restored is not None:
             assert self.encoder is not None
             encoder = self.encoder

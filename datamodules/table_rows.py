@@ -18,12 +18,50 @@ if TYPE_CHECKING:
 
 
 class EncodedTableRows:
-    """``frame_data``, ``check_rows`` and ``prediction_notes`` for raw rows, from the fitted ``ColumnEncoder`` that
-    ``fitted_encoder()`` returns (the checkpoint's, or the one ``setup`` fits)."""
+    """The sizes a network needs (``num_classes``, ``out_features``, ``in_features``, ``numeric_features``,
+    ``feature_names``), and ``frame_data``, ``check_rows`` and ``prediction_notes`` for raw rows, from the fitted
+    ``ColumnEncoder`` that ``fitted_encoder()`` returns (the checkpoint's, or the one ``setup`` fits). A subclass has
+    ``task`` and ``class_names``."""
+
+    task: str
 
     def fitted_encoder(self) -> ColumnEncoder:
         """The encoding, fitted or restored (a subclass runs ``setup`` when it has neither)."""
         raise NotImplementedError
+
+    @property
+    def class_names(self) -> list[str] | None:
+        """Name of each class id; ``None`` for regression (the subclass's)."""
+        raise NotImplementedError
+
+    @property
+    def num_classes(self) -> int | None:
+        """Number of classes (distinct labels of the table); ``None`` for regression."""
+        names = self.class_names
+        return None if names is None else len(names)
+
+    @property
+    def out_features(self) -> int:
+        """Output width the network needs: ``num_classes`` for classification, 1 for regression."""
+        return 1 if self.task == "regression" else int(self.num_classes or 0)
+
+    @property
+    def in_features(self) -> int:
+        """Width of one encoded row: the numeric columns, their missing-indicators and one block per categorical
+        column (its vocabulary, ``<unknown>`` and, with ``missing="impute"``, ``<missing>``)."""
+        return self.fitted_encoder().in_features
+
+    @property
+    def numeric_features(self) -> int:
+        """The number of leading scaled numeric positions of a row (missing-indicators not counted): what a network
+        with numerical embeddings embeds one by one."""
+        return self.fitted_encoder().numeric_features
+
+    @property
+    def feature_names(self) -> list[str]:
+        """Name of each input position: numeric columns, ``column=<missing>`` indicators, then each categorical
+        block's ``column=<unknown>``, ``column=<missing>`` and ``column=value`` entries."""
+        return self.fitted_encoder().feature_names
 
     def feature_frame(self, frame: pd.DataFrame, source: str) -> pd.DataFrame:
         """Raw rows with string column names and rows counted from 0; a feature column missing is an error."""

@@ -221,38 +221,6 @@ class TabularDataModule(EncodedTableRows, BaseDataModule):
         return self.encoder.class_names
 
     @property
-    def num_classes(self) -> int | None:
-        """Number of classes (distinct labels in the file); ``None`` for regression."""
-        names = self.class_names
-        return None if names is None else len(names)
-
-    @property
-    def out_features(self) -> int:
-        """Output width the network needs: ``num_classes`` for classification, 1 for regression."""
-        return 1 if self.task == "regression" else int(self.num_classes or 0)
-
-    @property
-    def in_features(self) -> int:
-        """Width of one sample: the numeric columns, their missing-indicators and one block per categorical column
-        (its vocabulary, ``<unknown>`` and, with ``missing="impute"``, ``<missing>``)."""
-        self._ensure_fitted()
-        return self.encoder.in_features
-
-    @property
-    def numeric_features(self) -> int:
-        """The number of leading scaled numeric positions of a sample (missing-indicators not counted): what a
-        network with numerical embeddings embeds one by one."""
-        self._ensure_fitted()
-        return self.encoder.numeric_features
-
-    @property
-    def feature_names(self) -> list[str]:
-        """Name of each input position: numeric columns, ``column=<missing>`` indicators, then each categorical
-        block's ``column=<unknown>``, ``column=<missing>`` and ``column=value`` entries."""
-        self._ensure_fitted()
-        return self.encoder.feature_names
-
-    @property
     def numeric_columns(self) -> list[str]:
         """The standardized feature columns, in input order (after ``setup``)."""
         return self.encoder.numeric_columns
