@@ -10,6 +10,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from recipes.tracking.dataset_inputs import split_record, stage_splits
+from recipes.tracking.run_datasets import CONTEXT_TAG
 from recipes.tracking.tracked_run import tracked_run
 
 
@@ -32,7 +33,7 @@ class DataInputs(Callback):
             DatasetInput(
                 Dataset(r["name"], r["digest"], r["source_type"], json.dumps(r["source"], default=str),
                         json.dumps(r["schema"]), json.dumps(r["profile"])),
-                [InputTag("mlflow.data.context", r["context"])],
+                [InputTag(CONTEXT_TAG, r["context"])],
             )
             for r in self.records
         ]

@@ -1,6 +1,7 @@
 """The data column of ``recipes compare``: which runs saw the same data.
 
-Every recipe run logs its splits as MLflow dataset inputs (``recipes/tracking/dataset_inputs.py``): a name
+Every recipe run logs its splits as MLflow dataset inputs (``recipes/tracking/dataset_inputs.py``; read back by
+``recipes.tracking.run_datasets.data_record``): a name
 (``SpiralDataModule/train``), a digest of the split's content, and the split as the context tag
 ``mlflow.data.context``. Within one table, each split's reference digest is the one most runs have (none when two
 digests tie). A run's data is then:
@@ -17,22 +18,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from typing import Any
 
-CONTEXT_TAG = "mlflow.data.context"
 SHORT = 8
-
-
-def data_record(run: Any) -> dict[str, tuple[str, str]]:
-    """The run's dataset inputs by split: ``{split: (name, digest)}`` (empty when it logged none)."""
-    inputs = getattr(getattr(run, "inputs", None), "dataset_inputs", None) or []
-    record: dict[str, tuple[str, str]] = {}
-    for item in inputs:
-        tags = {tag.key: tag.value for tag in (item.tags or [])}
-        dataset = item.dataset
-        split = tags.get(CONTEXT_TAG) or dataset.name.rsplit("/", 1)[-1]
-        record[split] = (dataset.name, dataset.digest)
-    return record
 
 
 def reference_digests(records: list[dict[str, tuple[str, str]]]) -> dict[str, str]:
@@ -79,4 +66,4 @@ def data_summary(records: list[dict[str, tuple[str, str]]]) -> str:
     return f"{', '.join(names)}{': ' + splits if splits else ''}"
 
 
-__all__ = ["data_digest", "data_inputs_text", "data_marks", "data_record", "data_summary", "reference_digests"]
+__all__ = ["data_digest", "data_inputs_text", "data_marks", "data_summary", "reference_digests"]

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from recipes.compare.data import data_digest, data_inputs_text, data_marks, data_record, data_summary
+from recipes.compare.data import data_digest, data_inputs_text, data_marks, data_summary
+from recipes.tracking.run_datasets import data_record
 from recipes.compare.labels import differing_params, run_labels
 from recipes.compare.metric import metric_of_run, summarize_history
 from recipes.compare.runs import FIT_RUN_TAG, run_stage

@@ -14,6 +14,8 @@ import json
 import tempfile
 from typing import Any
 
+from recipes.tracking.run_datasets import data_record
+
 MODEL_URI_PREFIX = "models:/"
 
 
@@ -31,26 +33,15 @@ def last_step(client: Any, run_id: str) -> int | None:
     return max(steps) if steps else None
 
 
-def split_datasets(run: Any) -> dict[str, tuple[str, str]]:
-    """The run's dataset inputs by split (their ``mlflow.data.context`` tag: train, val, test, predict): (name,
-    digest)."""
-    found = {}
-    for item in run.inputs.dataset_inputs if run.inputs is not None else []:
-        context = next((tag.value for tag in item.tags if tag.key == "mlflow.data.context"), None)
-        if context:
-            found[context] = (item.dataset.name, item.dataset.digest)
-    return found
-
-
 def link_metrics_of_step(client: Any, run_id: str, model_id: str, step: int) -> dict[str, float]:
     """Link every metric the run logged at ``step`` to the logged model ``model_id`` (the same entries, with the
     model's id and, for a split's metric such as ``val/acc``, the run's dataset input of that split, which MLflow's
-    UI lists as the model's "Datasets used": the run's history gains nothing; a metric logged twice at the step, as Lightning's ``epoch`` is, is
-    linked once, its latest entry); the linked values by name."""
+    UI lists as the model's "Datasets used": the run's history gains nothing; a metric logged twice at the step, as
+    Lightning's ``epoch`` is, is linked once, its latest entry); the linked values by name."""
     from mlflow.entities import Metric  # noqa: PLC0415
 
     run = client.get_run(run_id)
-    datasets = split_datasets(run)
+    datasets = data_record(run)
     latest = {}
     for key in run.data.metrics:
         at_step = [m for m in client.get_metric_history(run_id, key) if m.step == step and m.model_id is None]
@@ -75,8 +66,8 @@ def log_logged_model(
     save: Any,
 ) -> str:
     """Create the logged model ``name`` (``None``: the run's name, e.g. ``spiral_mlp-4e233b89``, so that MLflow's
-    Models tab tells the models of an experiment apart) of run ``run_id`` and fill it: ``save(path, mlflow_model)`` writes the MLflow
-    model folder at ``path`` (an ``mlflow.models.Model`` carrying the logged model's ids is given to the flavour's
+    Models tab tells the models of an experiment apart) of run ``run_id`` and fill it: ``save(path, mlflow_model)``
+    writes the MLflow model folder at ``path`` (an ``mlflow.models.Model`` carrying the logged model's ids is given to the flavour's
     ``save_model``). With ``step``, the run's output is the model at that step and the step's metrics are linked to
     it. Returns the model's id."""
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus  # noqa: PLC0415
@@ -84,7 +75,8 @@ def log_logged_model(
 
     run = client.get_run(run_id)
     model = client.create_logged_model(
-        experiment_id=run.info.experiment_id, name=name or run.info.run_name or "model", source_run_id=run_id, tags=tags, params=dict(run.data.params)
+        experiment_id=run.info.experiment_id, name=name or run.info.run_name or "model", source_run_id=run_id,
+        tags=tags, params=dict(run.data.params),
     )
     try:
         client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=step or 0)])
@@ -127,5 +119,5 @@ def register_logged_model(client: Any, registered_name: str, model_id: str, run_
     return str(version.version)
 
 
-__all__ = ["MODEL_URI_PREFIX", "best_step", "last_step", "link_metrics_of_step", "log_logged_model", "split_datasets",
+__all__ = ["MODEL_URI_PREFIX", "best_step", "last_step", "link_metrics_of_step", "log_logged_model",
            "register_logged_model"]
