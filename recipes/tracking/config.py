@@ -153,9 +153,10 @@ def prepare_tracking(cfg: Namespace) -> None:
     """Before the classes are built, once ``tracking_before_build``'s changes are in ``cfg``: the SQLite store ready
     for the run."""
     if recipe_logger_config(cfg) is not None:
-        # recipes started at once on one ./mlflow.db: one creates the tables and the experiment, the others wait
-        # (before the logger is built: MLflow's client opens, and creates, the database then)
-        prepare_sqlite_store(tracking_uri(cfg), None)  # the experiment: when the run is created (RecipeLogger)
+        # recipes started at once on one ./mlflow.db: one creates the tables, the others wait (before the logger is
+        # built: MLflow's client opens, and creates, the database then); the experiment is made with the run
+        # (RecipeLogger), so a command that fails before then leaves none empty
+        prepare_sqlite_store(tracking_uri(cfg), None)
         for run_id in close_abandoned_runs(tracking_uri(cfg), experiment_name(cfg)):
             print(
                 f"recipes: run {run_id} was left RUNNING by a process that no longer exists: marked KILLED",

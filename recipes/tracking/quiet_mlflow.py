@@ -18,7 +18,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 
 #: the INFO lines of MLflow's store while it creates the tables of a new database (``create_database_atomically``)
 STORE_CREATION = ("mlflow.store.db.utils", ("Creating initial MLflow database tables", "Updating database tables"))
@@ -66,32 +66,30 @@ def quiet_info(logger_name: str, messages: tuple[str, ...]) -> Iterator[None]:
 
 
 @contextmanager
-def no_progress_bar() -> Iterator[None]:
-    """MLflow's artifact progress bar off within the block (``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false``), unless
-    the user set the variable."""
-    quiet = PROGRESS_BAR not in os.environ
-    if quiet:
-        os.environ[PROGRESS_BAR] = "false"
+def env_unless_set(name: str, value: str) -> Iterator[None]:
+    """Within the block, the environment variable ``name`` is ``value`` unless the user set it (then it is left as
+    it is); removed after."""
+    ours = name not in os.environ
+    if ours:
+        os.environ[name] = value
     try:
         yield
     finally:
-        if quiet:
-            os.environ.pop(PROGRESS_BAR, None)
+        if ours:
+            os.environ.pop(name, None)
 
 
-@contextmanager
-def no_run_links() -> Iterator[None]:
+def no_progress_bar() -> AbstractContextManager[None]:
+    """MLflow's artifact progress bar off within the block (``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false``), unless
+    the user set the variable."""
+    return env_unless_set(PROGRESS_BAR, "false")
+
+
+def no_run_links() -> AbstractContextManager[None]:
     """Within the block (a ``recipes`` command), MLflow writes no "View run ... at" / "View experiment at" lines to
     stdout when a run against a server ends (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT=true``), unless the user set
     the variable: ``recipes compare`` lists the runs, and stdout stays the command's own."""
-    quiet = RUN_LINKS not in os.environ
-    if quiet:
-        os.environ[RUN_LINKS] = "true"
-    try:
-        yield
-    finally:
-        if quiet:
-            os.environ.pop(RUN_LINKS, None)
+    return env_unless_set(RUN_LINKS, "true")
 
 
 @contextmanager
@@ -115,6 +113,7 @@ __all__ = [
     "STORE_CREATION",
     "SYSTEM_METRICS_MONITOR",
     "DropInfo",
+    "env_unless_set",
     "no_progress_bar",
     "no_run_links",
     "quiet_info",

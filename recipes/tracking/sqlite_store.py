@@ -25,6 +25,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from recipes.tracking.experiment_kind import create_experiment
 from recipes.tracking.quiet_mlflow import STORE_CREATION, quiet_info
@@ -78,8 +79,7 @@ def prepare_sqlite_store(uri: str, experiment: str | None) -> None:
             create_database_atomically(database.resolve())
         client = MlflowClient(uri)  # opens the store: upgrades the tables of an older MLflow
         if experiment:
-            if client.get_experiment_by_name(experiment) is None:
-                create_experiment(client, experiment)  # a model-development experiment in MLflow's UI
+            create_missing_experiment(client, experiment)
         else:
             client.search_experiments(max_results=1)
 
@@ -114,20 +114,26 @@ def ensure_experiment(uri: str, name: str) -> None:
     the moment a run is about to be created in it (not before: a command that fails before then leaves no empty
     experiment). On a SQLite store under ``directory_lock`` (recipes started together on one ``mlflow.db`` take
     turns); on a server, a creation that loses a race with another client's finds the experiment made."""
-    from mlflow.exceptions import MlflowException  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
     database = sqlite_database_path(uri)
-    client = MlflowClient(uri)
     with directory_lock(database.parent.resolve()) if database is not None else contextlib.nullcontext():
-        if client.get_experiment_by_name(name) is not None:
-            return
-        try:
-            create_experiment(client, name)  # a model-development experiment in MLflow's UI
-        except MlflowException as err:
-            if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
+        create_missing_experiment(MlflowClient(uri), name)
 
 
-__all__ = ["create_database_atomically", "directory_lock", "ensure_experiment", "prepare_sqlite_store",
-           "sqlite_database_path"]
+def create_missing_experiment(client: Any, name: str) -> None:
+    """Create the experiment ``name`` as a model-development experiment unless it exists (call it under the SQLite
+    store's ``directory_lock``); a creation that loses a race with another client (a server) finds it made."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+
+    if client.get_experiment_by_name(name) is not None:
+        return
+    try:
+        create_experiment(client, name)  # a model-development experiment in MLflow's UI
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+
+
+__all__ = ["create_database_atomically", "create_missing_experiment", "directory_lock", "ensure_experiment",
+           "prepare_sqlite_store", "sqlite_database_path"]
