@@ -41,9 +41,8 @@ class LoopDoctor(ForwardingCallback):
     step, epoch)``) and, with an MLflow logger, set as run tags ``doctor.<check>``; the tag ``doctor.findings``
     lists the checks that found something ("none" for a clean run). Series are logged to the trainer's loggers:
     ``doctor/grad_norm``, ``doctor/data_wait_fraction`` (the train/val overlap is the run tag
-    ``loopwise.val_train_overlap``). The non-finite guard and
-    the schedule check stop the run (``NonFiniteError``, ``ScheduleError``) after setting the tag
-    ``doctor.failure``.
+    ``loopwise.val_train_overlap``). The non-finite guard and the schedule check stop the run (``NonFiniteError``,
+    ``ScheduleError``) after setting the tag ``doctor.failure``.
 
     Args:
         initial_loss: Compare the first batch's loss of a multiclass classifier (or language model) with ln(C).

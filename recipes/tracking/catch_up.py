@@ -20,7 +20,6 @@ answered by the end of the run; only a run that ends while its server is away ne
 from __future__ import annotations
 
 import sys
-
 import threading
 import time
 from collections.abc import Callable

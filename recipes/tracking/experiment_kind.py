@@ -3,10 +3,10 @@
 MLflow's UI (3.x before 3.17) opens an experiment whose tag ``mlflow.experimentKind`` is unset in its GenAI layout (an
 overview of traces, runs listed as "Evaluation runs"); ``custom_model_development`` opens the runs table with its Model
 column and the model pages. MLflow 3.17's UI decides by its sidebar's "GenAI / Model training" switch instead (kept in
-the browser's local storage, default GenAI; the query parameter ``workflowType=machine_learning`` sets it), so the tag
-only records the kind there. Experiments loopwise creates carry the tag from the start; an existing experiment that has no kind
-(one made by hand, by ``mlflow.set_experiment``, or by an older loopwise) gets it when a fit writes to it; a kind
-already set, by the user or in the UI, is left as it is.
+the browser's local storage, default GenAI; the query parameter ``workflowType=machine_learning`` sets it), so the
+tag only records the kind there. Experiments loopwise creates carry the tag from the start; an existing experiment
+that has no kind (one made by hand, by ``mlflow.set_experiment``, or by an older loopwise) gets it when a fit writes
+to it; a kind already set, by the user or in the UI, is left as it is.
 """
 
 from __future__ import annotations

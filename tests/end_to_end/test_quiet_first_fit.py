@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CONFIGS, recipes_env
+from tests.mlflow_server import server  # noqa: F401  (server: the fixture)
 
 SPIRAL = CONFIGS / "spiral_mlp.yaml"
 EPOCHS = ("--trainer.max_epochs", "1")
@@ -117,25 +118,16 @@ def test_a_warning_from_user_code_still_prints_and_loopwise_warnings_are_one_lin
 
 
 @pytest.mark.slow  # a real mlflow server and a fit in a subprocess
-def test_a_fit_against_a_tracking_server_prints_no_library_line(tmp_path):
+def test_a_fit_against_a_tracking_server_prints_no_library_line(tmp_path, server):  # noqa: F811
     """Issue 57, point 5: with ``MLFLOW_TRACKING_URI`` naming a running ``mlflow server`` (a team's set-up), the fit
     prints what the first fit prints and nothing more: no "Experiment ... not found. Creating it.", no artifact
     progress bar, no "View run ... at" line; the logged model's URI is loopwise's one line on stderr."""
-    from tests.mlflow_server import MlflowServer
-
-    server = MlflowServer(tmp_path / "server_root")
-    (tmp_path / "server_root").mkdir()
-    server.start()
-    try:
-        work = tmp_path / "work"
-        work.mkdir()
-        out = fresh_fit(work, env={"MLFLOW_TRACKING_URI": server.uri})
-    finally:
-        server.stop()
+    out = fresh_fit(tmp_path, env={"MLFLOW_TRACKING_URI": server.uri})
     assert "Training plan" in out.stdout and "LoopDoctor: no findings" in out.stdout
-    assert not (work / "mlflow.db").exists()  # the server holds the record
+    assert not (tmp_path / "mlflow.db").exists()  # the server holds the record
     noise = unactionable(out)
-    noise += [line for line in out.stdout.split("\n") if re.search(r"View run|View experiment|not found\. Creating", line)]
+    noise += [line for line in out.stdout.split("\n")
+              if re.search(r"View run|View experiment|not found\. Creating", line)]
     assert len(noise) == 0, "a fit against a server printed:\n" + "\n".join(noise)
 
 
