@@ -2,7 +2,8 @@
 
 Not a benchmark itself. Scripts in this folder import it as ``_common`` (Python puts the script's folder first on
 ``sys.path``); the recipe runs name ``_common.LoopTimer`` as a callback class path for the same reason. The startup
-benchmark does not import it (it would import Lightning).
+benchmark's fit names ``_common.FirstStepClock``; that script itself does not import this module (it would import
+Lightning).
 """
 
 from __future__ import annotations
@@ -282,3 +283,18 @@ def throughput(epochs: list[tuple[int, float, int, int]], skip: int = 1) -> tupl
     seconds = sum(e[1] for e in timed)
     samples = sum(e[2] for e in timed)
     return (samples / seconds if seconds > 0 else float("nan")), sum(e[3] for e in timed), seconds
+
+
+class FirstStepClock(Callback):
+    """Prints the seconds from the process's start to its first training step, then ends the process (startup.py).
+
+    The start is the wall-clock time the benchmark put in ``STARTUP_CLOCK_T0`` just before it started the process;
+    the line also names the heavy libraries the process had loaded by then.
+    """
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        elapsed = time.time() - float(os.environ["STARTUP_CLOCK_T0"])
+        heavy = json.loads(os.environ.get("STARTUP_CLOCK_HEAVY", "[]"))
+        print(f"FIRST_STEP {elapsed:.4f}", flush=True)
+        print("LOADED " + json.dumps([name for name in heavy if name in sys.modules]), flush=True)
+        os._exit(0)  # what comes after the first step is not start-up
