@@ -50,6 +50,7 @@ from recipes.run.description import describe_command
 from recipes.checkpoints.run_lock import RunLocked, hold_run_lock
 from recipes.callbacks.run_record import RunRecord
 from recipes.checkpoints.data_guard import ALLOW_TAG, DataChange, DataSettingsChanged, guard_data_settings
+from recipes.checkpoints.settings_from_checkpoint import notice_lines, task_values_replaced
 from recipes.tracking.uris import TrackingServerUnreachable
 from recipes.tracking.logger import RecipeLogger
 from recipes.tracking.run_creation import is_store_error, run_creation_refusal
@@ -117,6 +118,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         self.checkpoint: CheckpointSummary | None = None  # the checked --ckpt_path, once parsed
         self.ckpt_path_given: str | None = None  # --ckpt_path as the user gave it (best, last, mlflow:..., a file)
         self.data_changes: list[DataChange] = []  # evaluation on other data settings, allowed by the user
+        self.model_as_given: Namespace | None = None  # the task's config before the checkpoint's replaced it
         self.data_sizes = DataSizes()  # the network's sizes, linked from the data module
         self.command_args = sys.argv[1:] if args is None else list(args)  # described in the run (run_description)
         super().__init__(
@@ -172,6 +174,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             # the file: LightningCLI reads its hyperparameters next (_parse_ckpt_path) and passes it to the trainer;
             # what the user typed is the run's tag loopwise.ckpt_path_given
             self.apply_to_config(cfg, {"ckpt_path": self.checkpoint.path})
+            self.model_as_given = cfg.get("model").clone() if isinstance(cfg.get("model"), Namespace) else None
             self.data_changes = self.check_data_settings(cfg, self.checkpoint)
             logger = recipe_logger_config(cfg)
             if self.config.get("subcommand") == "fit" and logger is not None:
@@ -257,6 +260,10 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.subcommand_config
         assert cfg is not None
+        if rank_zero_only.rank == 0:  # the task values the checkpoint's hyperparameters replaced, one line each
+            replaced = task_values_replaced(self.model_as_given, cfg.get("model"))
+            for line in notice_lines(replaced, str(self.subcommand)):
+                print(line, file=sys.stderr, flush=True)
         self.apply_to_config(cfg, tracking_before_build(cfg))
         prepare_tracking(cfg)
         evaluating = self.subcommand in ("validate", "test", "predict") and self.checkpoint is not None
