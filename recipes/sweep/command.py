@@ -9,8 +9,10 @@ to each trial's ``recipes fit`` unchanged, followed by the trial's sampled value
 of the task's monitored metric over the trial's validations (``--metric``/``--direction`` or the sweep file
 choose another); the sampler is Optuna's TPE, seeded from ``seed_everything`` and the trial number (the same
 command samples the same values; several workers sample different ones); the pruner (median by default) stops a
-trial whose validations fall behind. ``--n_trials`` counts the study's trials, so running the command again, or in
-several processes or machines on one ``--storage``, adds trials to the same study until it has that many.
+trial whose validations fall behind. ``--n_trials`` counts the study's COMPLETE trials, so running the command
+again, or in several processes or machines on one ``--storage``, adds trials to the same study until it has that
+many complete ones. A trial whose worker died (``kill -9``, a lost machine) is failed once its heartbeats stop and
+retried with the same values (``recipes.sweep.heartbeat``).
 
 In MLflow the sweep is one parent run (``loopwise.stage`` sweep: its settings, the search space, the best value
 and params, trial counts, parameter importances, ``best.yaml``) and every trial a child run with the complete
@@ -42,14 +44,16 @@ def sweep_options(  # noqa: PLR0913 - the command's options, read from this sign
     metric: str | None = None,
     direction: Literal["minimize", "maximize"] | None = None,
     pruner: Literal["median", "percentile", "hyperband", "none"] | None = None,
+    heartbeat_interval: int = 10,
 ) -> None:
     """A hyperparameter search on Optuna where every trial is a full recipes fit: the -c file with a 'sweep:'
     section is the search space, every other -c file and every argument that is none of these options goes to each
     trial's recipes fit unchanged.
 
     Args:
-        n_trials: trials of the study in all (running the command again, or on several machines on one --storage,
-            adds trials to the same study until it has that many)
+        n_trials: COMPLETE trials of the study in all (running the command again, or on several machines on one
+            --storage, adds trials to the same study until it has that many; pruned, failed and interrupted trials
+            do not count, and the sweep stops once as many trials failed)
         timeout: stop starting trials after this many seconds
         study_name: the Optuna study (default: <experiment>-sweep)
         storage: Optuna storage URL (default: sqlite:///./optuna.db; postgresql://user:pw@host/db with
@@ -57,6 +61,9 @@ def sweep_options(  # noqa: PLR0913 - the command's options, read from this sign
         metric: objective (default: the sweep file's, else the task's monitor)
         direction: the objective's better way (default: the sweep file's, else the monitor's mode)
         pruner: stops a trial whose validations fall behind (default: the sweep file's, else median)
+        heartbeat_interval: seconds between a running trial's heartbeats in the study's database; a trial without
+            one for 3 intervals is taken for dead (its worker was killed, on any machine), failed and retried with
+            the same values (0: no heartbeats)
     """
 
 
@@ -109,6 +116,8 @@ def split_arguments(argv: list[str]) -> tuple[Namespace, list[str], str]:
         raise SweepError("name the recipe: -c configs/<recipe>.yaml before the sweep file")
     if options.n_trials < 1:
         raise SweepError(f"--n_trials must be >= 1, got {options.n_trials}")
+    if options.heartbeat_interval < 0:
+        raise SweepError(f"--heartbeat_interval must be >= 0 seconds (0: none), got {options.heartbeat_interval}")
     fit_args = [a for c in configs for a in ("-c", c)] + ["--mlflow_model=false"] + rest
     return options, fit_args, sweep_files[0]
 

@@ -26,6 +26,7 @@ import json
 import socket
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mlflow.tracking import MlflowClient
+from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from recipes.tracking.sqlite_store import prepare_sqlite_store
@@ -54,12 +56,14 @@ from recipes.sweep.study import (
 from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.tracking.pending_replay import replay_pending
 from recipes.sweep.processes import announce_trial
-from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker
+from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, retried_trial
+from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker, record_abandoned
 from recipes.sweep.trial import ActiveTrial
 from recipes.sweep.trial_cli import run_trial
 from recipes.tracking.config import experiment_name, tracking_uri
 
 PROG = "recipes sweep"
+WAIT_S = 2.0  # between two looks at the study while the other workers' trials may complete it
 
 
 def say(line: str) -> None:
@@ -118,7 +122,7 @@ def run_sweep(options: Namespace, fit_args: list[str], sweep: SweepFile, cfg: Na
     seed = cfg.get("seed_everything")
     seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
     prepare_sqlite_store(uri, experiment)  # workers starting together on a new mlflow.db take turns creating it
-    study, created = open_study(storage, name, direction, pruner, seed)
+    study, created, rdb = open_study(storage, name, direction, pruner, seed, options.heartbeat_interval or None)
     client = MlflowClient(uri)
     settings = {"study_name": name, "storage": shown_storage(storage), "metric": metric, "direction": direction,
                 "pruner": pruner, "sampler": f"TPESampler(seed={seed} + trial number)", "sweep_file": sweep.path}
@@ -131,8 +135,10 @@ def run_sweep(options: Namespace, fit_args: list[str], sweep: SweepFile, cfg: Na
     try:
         with trial_start_lock(storage):
             dead = fail_abandoned_trials(study)
+            stale = fail_stale_trials(study, rdb)
         settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True)
-        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, checkpoints_dir)
+        settle_stale_trials(client, study, experiment, stale)
+        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, checkpoints_dir, rdb)
     except KeyboardInterrupt as stop:  # Ctrl+C between trials
         close_parent(client, study, storage, parent, "KILLED", experiment, checkpoints_dir)
         raise SIGTERMException() from stop
@@ -188,31 +194,51 @@ def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent
 
 
 def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study: optuna.Study,
-               client: MlflowClient, parent: str, experiment: str, metric: str, checkpoints_dir: str = "checkpoints") -> None:
-    """Ask, run and tell trials until the study has ``options.n_trials`` (or ``options.timeout`` passes); a trial
-    of a worker that died meanwhile is failed before the count (``settle_dead_workers``)."""
+               client: MlflowClient, parent: str, experiment: str, metric: str, checkpoints_dir: str = "checkpoints",
+               rdb: RDBStorage | None = None) -> None:
+    """Ask, run and tell trials until the study has ``options.n_trials`` COMPLETE trials (or ``options.timeout``
+    passes, or as many trials failed): pruned, failed and interrupted trials do not count, and a trial whose worker
+    died (on this host: its process is gone; on any host: its heartbeats stopped) is failed and retried first
+    (``settle_dead_workers``, ``settle_stale_trials``). While the other workers' running trials would complete the
+    study, this worker waits for them rather than start one too many, and takes over if one of them fails."""
     name, direction = study.study_name, study.direction.name.lower()
     started = time.monotonic()
     storage = options.storage or default_storage()
+    waited = False
     while True:
         if options.timeout is not None and time.monotonic() - started > options.timeout:
             say(f"--timeout {options.timeout:g} s reached")
             return
         with trial_start_lock(storage):
-            dead = fail_abandoned_trials(study)  # a RUNNING trial of a dead worker would use the budget
+            dead = fail_abandoned_trials(study)  # a RUNNING trial of a dead worker would hold a place
+            stale = fail_stale_trials(study, rdb) if rdb is not None else []
             done = counts(study)
-            full = sum(n for state, n in done.items() if state != "interrupted") >= options.n_trials
-            if not full:
-                trial = study.ask()
+            enough = done["complete"] >= options.n_trials or done["failed"] >= options.n_trials
+            busy = not enough and done["complete"] + done["running"] >= options.n_trials
+            if not (enough or busy):
+                trial = ask(study)
                 claim_trial(trial)
         settle_dead_workers(client, parent, experiment, checkpoints_dir, dead)
-        if full:
+        settle_stale_trials(client, study, experiment, stale)
+        if enough:
+            if done["complete"] < options.n_trials:
+                say(f"{done['failed']} trials failed, as many as --n_trials: stopping (see their failures)")
             return
+        if busy:  # the others' trials may complete the study: wait for them (or their death)
+            if not waited:
+                say(f"waiting for {done['running']} running trial(s) of other workers")
+                waited = True
+            time.sleep(WAIT_S if rdb is None or rdb.get_heartbeat_interval() is None
+                       else min(WAIT_S, float(rdb.get_heartbeat_interval() or WAIT_S)))
+            continue
+        waited = False
         params = {d.key: d.suggest(trial) for d in sweep.dimensions}
-        active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params)
+        active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params,
+                             retry_of=retry_link(client, study, experiment, trial.number))
         announce_trial(active)
         try:
-            state, reason = run_trial(fit_args, active)
+            with beating(study, rdb, trial.number) if rdb is not None else nullcontext():
+                state, reason = run_trial(fit_args, active)
         except (SIGTERMException, KeyboardInterrupt) as stop:
             trial.set_user_attr("interrupted", True)
             study.tell(trial, state=TrialState.FAIL)
@@ -225,6 +251,34 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
             raise
         record_trial(study, client, trial, active, state, reason, experiment)
         record_progress(study, client, parent)
+
+
+def retry_link(client: MlflowClient, study: optuna.Study, experiment: str, number: int) -> tuple[int, str | None] | None:
+    """For a trial that retries one whose worker died: (that trial's number, its MLflow run id or ``None``), said in
+    one line; ``None`` for a new trial."""
+    first = retried_trial(study, number)
+    if first is None:
+        return None
+    run_id = trial_run_id(client, experiment, study.study_name, first)
+    say(f"trial {number} retries trial {first} (its worker died) with the same values"
+        + (f"; the killed trial's run: {run_id}" if run_id else ""))
+    return first, run_id
+
+
+def settle_stale_trials(client: MlflowClient, study: optuna.Study, experiment: str, stale: list[int]) -> None:
+    """Trials failed because their worker's heartbeats stopped (any host; ``heartbeat.fail_stale_trials``, which
+    also queued them again): said in one line, counted as interrupted, their runs ended KILLED with the reason."""
+    if not stale:
+        return
+    record_abandoned(study, stale)
+    say(f"trial(s) {', '.join(map(str, stale))} stopped sending heartbeats (their worker died): failed, and queued "
+        "again with the same values")
+    for number in stale:
+        run_id = trial_run_id(client, experiment, study.study_name, number)
+        if run_id and client.get_run(run_id).info.status == "RUNNING":
+            client.set_tag(run_id, "loopwise.sweep.failure", "its worker stopped sending heartbeats")
+            client.set_tag(run_id, "loopwise.abandoned", "heartbeat")
+            client.set_terminated(run_id, status="KILLED")
 
 
 def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial, active: ActiveTrial,
@@ -251,5 +305,5 @@ def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial,
         say(f"trial {trial.number}: failed: {reason}")
 
 
-__all__ = ["close_parent", "record_trial", "run_sweep", "run_trials", "settle_dead_workers", "trial_run_id",
-           "write_best_config"]
+__all__ = ["close_parent", "record_trial", "retry_link", "run_sweep", "run_trials", "settle_dead_workers",
+           "settle_stale_trials", "trial_run_id", "write_best_config"]

@@ -21,9 +21,11 @@ from typing import Any
 import optuna
 from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
+from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
+from recipes.sweep.heartbeat import HEARTBEAT_S, heartbeat_storage
 from recipes.sweep.sampler import TrialSeededSampler
 from recipes.sweep.space import SweepFile
 from recipes.sweep.workers import abandoned_trials
@@ -79,12 +81,14 @@ def trial_start_lock(storage: str) -> Iterator[None]:
 
 
 def open_study(
-    storage: str, name: str, direction: str, pruner: str, seed: int | None = None
-) -> tuple[optuna.Study, bool]:
-    """The study ``name`` in ``storage`` (created now when new: ``True`` in the result), sampling each trial with
-    ``TrialSeededSampler(seed)``. An existing study must have the same direction. Workers starting together on a new
-    SQLite file take turns (Optuna creates its tables on first use, and two at once collide); on a server database a
-    collision is retried."""
+    storage: str, name: str, direction: str, pruner: str, seed: int | None = None,
+    heartbeat_interval: int | None = HEARTBEAT_S,
+) -> tuple[optuna.Study, bool, RDBStorage]:
+    """The study ``name`` in ``storage`` (created now when new: ``True`` in the result) and the storage it is on,
+    with heartbeats every ``heartbeat_interval`` seconds (``recipes.sweep.heartbeat``; ``None``: none), sampling each
+    trial with ``TrialSeededSampler(seed)``. An existing study must have the same direction. Workers starting
+    together on a new SQLite file take turns (Optuna creates its tables on first use, and two at once collide); on a
+    server database a collision is retried."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = sqlite_path(storage)
     if path is not None:
@@ -92,7 +96,8 @@ def open_study(
     for attempt in range(5):
         try:
             with trial_start_lock(storage):
-                return create_or_load(storage, name, direction, pruner, seed)
+                rdb = heartbeat_storage(storage, heartbeat_interval) if heartbeat_interval else RDBStorage(storage)
+                return (*create_or_load(storage, name, direction, pruner, seed, rdb), rdb)
         except SQLAlchemyError:
             if attempt == 4:
                 raise
@@ -101,15 +106,16 @@ def open_study(
 
 
 def create_or_load(
-    storage: str, name: str, direction: str, pruner: str, seed: int | None = None
+    storage: str, name: str, direction: str, pruner: str, seed: int | None = None, rdb: RDBStorage | None = None
 ) -> tuple[optuna.Study, bool]:
-    """The study ``name``, created or loaded (see ``open_study``)."""
+    """The study ``name``, created or loaded (see ``open_study``), on ``rdb`` when given (else on ``storage``)."""
+    on = rdb if rdb is not None else storage
     try:
-        study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=TrialSeededSampler(seed),
+        study = optuna.create_study(storage=on, study_name=name, direction=direction, sampler=TrialSeededSampler(seed),
                                     pruner=make_pruner(pruner), load_if_exists=False)
         return study, True
     except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage, sampler=TrialSeededSampler(seed),
+        study = optuna.load_study(study_name=name, storage=on, sampler=TrialSeededSampler(seed),
                                   pruner=make_pruner(pruner))
     existing = study.direction.name.lower()
     if existing != direction:
@@ -150,9 +156,9 @@ def wait_for_parent_run(study_name: str, storage: str, timeout_s: float = PARENT
 
 
 def counts(study: optuna.Study) -> dict[str, int]:
-    """Trials of the study by state: complete, pruned, failed, running; trials stopped by Ctrl+C or SIGTERM, or
-    failed because their worker died (``recipes.sweep.workers``), are counted apart (``interrupted``): they do not
-    use the ``--n_trials`` budget."""
+    """Trials of the study by state: complete, pruned, failed, running, waiting (a retry not yet taken); trials
+    stopped by Ctrl+C or SIGTERM, or failed because their worker died (``recipes.sweep.workers``,
+    ``recipes.sweep.heartbeat``), are counted apart (``interrupted``). ``--n_trials`` counts complete trials."""
     return trial_counts(study.get_trials(deepcopy=False), abandoned_trials(study))
 
 
@@ -165,7 +171,7 @@ def record_progress(study: optuna.Study, client: MlflowClient, parent_run_id: st
     tags.run_uuid``); its batch write tries again and updates the tag the other worker inserted."""
     done = counts(study)
     step = done["complete"] + done["pruned"] + done["failed"]
-    metrics = {f"trials_{state}": float(n) for state, n in done.items() if state != "running"}
+    metrics = {f"trials_{state}": float(n) for state, n in done.items() if state not in ("running", "waiting")}
     tags: dict[str, str] = {}
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     if complete:

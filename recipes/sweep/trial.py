@@ -38,6 +38,8 @@ class ActiveTrial:
     values: list[float] = field(default_factory=list)
     #: set when the trial was pruned: "epoch 3: val/acc 0.71"
     pruned_at: str | None = None
+    #: for a retry of a trial whose worker died: (that trial's number, its MLflow run id or None)
+    retry_of: tuple[int, str | None] | None = None
 
     def record(self, value: float) -> None:
         """Keep the objective metric of one more validation (rank 0)."""
@@ -78,6 +80,10 @@ class ActiveTrial:
         }
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
+        if self.retry_of is not None:  # the killed trial this one repeats, and its run
+            tags["loopwise.sweep.retry_of_trial"] = str(self.retry_of[0])
+            if self.retry_of[1]:
+                tags["loopwise.sweep.retry_of_run"] = self.retry_of[1]
         return tags
 
 

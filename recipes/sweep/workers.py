@@ -7,8 +7,9 @@ without ending (``kill -9``, the OOM killer) leaves the parent RUNNING and its t
 
 * the parent is ended KILLED by the next command that opens the experiment on this host once no worker of it is
   alive (``recipes.tracking.abandoned_runs``; a worker of another host keeps it open, since it cannot be checked from here);
-* its trial is failed by the next worker of the study on this host (``fail_abandoned_trials``), as an interrupted
-  trial: it does not use the ``--n_trials`` budget (its number is kept in the study's user attribute
+* its trial is failed by the next worker of the study on this host (``fail_abandoned_trials``; on another host, by
+  its missing heartbeats, ``recipes.sweep.heartbeat``), as an interrupted trial, and queued again with the same values
+  (a WAITING trial the next ``ask`` takes): it does not count toward ``--n_trials`` (its number is kept in the study's user attribute
   ``loopwise.abandoned_trials``); the trial's own MLflow run carries ``loopwise.pid`` and is ended KILLED like any
   recipe run. A worker that is still running checks before every trial it starts and when it ends, so a worker
   killed beside it costs no trial of the budget;
@@ -25,11 +26,13 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from recipes.sweep.heartbeat import retry
 from recipes.tracking.abandoned_runs import HOST_TAG, PID_TAG, WORKER_TAG_PREFIX, process_exists, worker_tag
 from recipes.tracking.sweep_counts import ABANDONED_TRIALS_ATTR
 
 ABANDONED_ATTR = ABANDONED_TRIALS_ATTR  # defined where a later command reads it to count a dead sweep's trials
 DIED = "died"  # the worker tag of a process that ended without saying so (kill -9, out of memory)
+CLAIMED_TAG = "loopwise.claimed_trial"  # the trial's own number, set by the worker that runs it
 
 
 def mark_worker(client: MlflowClient, parent_run_id: str, state: str) -> None:
@@ -55,6 +58,7 @@ def claim_trial(trial: optuna.Trial) -> None:
     """Name this process as the worker of ``trial`` (so another worker can tell when it died)."""
     trial.set_user_attr(HOST_TAG, socket.gethostname())
     trial.set_user_attr(PID_TAG, os.getpid())
+    trial.set_user_attr(CLAIMED_TAG, trial.number)  # a retry's copied attributes name the trial it repeats
 
 
 def abandoned_trials(study: optuna.Study) -> set[int]:
@@ -63,21 +67,30 @@ def abandoned_trials(study: optuna.Study) -> set[int]:
 
 
 def fail_abandoned_trials(study: optuna.Study) -> list[int]:
-    """Fail the RUNNING trials whose worker was a process of this host that no longer exists; their numbers.
-    (Call it holding ``trial_start_lock`` on a SQLite study: the study's list of them is read, then written.)"""
+    """Fail the RUNNING trials whose worker was a process of this host that no longer exists, and queue each again
+    (``heartbeat.retry``: a WAITING trial with its values); their numbers. A retry that its new worker has not
+    claimed yet is left alone: it carries the dead worker's pid, copied from the trial it repeats, until
+    ``claim_trial`` (on a server database no lock keeps another worker out meanwhile). (Call it holding
+    ``trial_start_lock`` on a SQLite study: the study's list of them is read, then written.)"""
     host, found = socket.gethostname(), []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         pid = trial.user_attrs.get(PID_TAG)
         if trial.user_attrs.get(HOST_TAG) != host or not isinstance(pid, int) or pid == os.getpid():
             continue
-        if process_exists(pid):
+        if process_exists(pid) or trial.user_attrs.get(CLAIMED_TAG, trial.number) != trial.number:
             continue
         study.tell(trial.number, state=TrialState.FAIL)
+        retry(study, trial)
         found.append(trial.number)
     if found:
-        study.set_user_attr(ABANDONED_ATTR, sorted(abandoned_trials(study) | set(found)))
+        record_abandoned(study, found)
     return found
 
 
-__all__ = ["ABANDONED_ATTR", "DIED", "abandoned_trials", "claim_trial", "fail_abandoned_trials", "mark_dead_workers",
-           "mark_worker"]
+def record_abandoned(study: optuna.Study, numbers: list[int]) -> None:
+    """Keep ``numbers`` in the study's list of trials failed because their worker died (counted as interrupted)."""
+    study.set_user_attr(ABANDONED_ATTR, sorted(abandoned_trials(study) | set(numbers)))
+
+
+__all__ = ["ABANDONED_ATTR", "CLAIMED_TAG", "DIED", "abandoned_trials", "claim_trial", "fail_abandoned_trials",
+           "mark_dead_workers", "mark_worker", "record_abandoned"]

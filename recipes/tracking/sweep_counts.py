@@ -53,22 +53,25 @@ def study_counts(storage: str, study_name: str) -> dict[str, int] | None:
         return None
     counts = trial_counts(trials, abandoned)
     counts["interrupted"] += counts.pop("running")  # still RUNNING with every worker gone
+    counts.pop("waiting")  # a retry nobody took: not a trial that ran
     return counts
 
 
 def trial_counts(trials: Any, abandoned: set[int]) -> dict[str, int]:
-    """Optuna trials by state: complete, pruned, failed, interrupted, running. A trial stopped by Ctrl+C or SIGTERM
+    """Optuna trials by state: complete, pruned, failed, interrupted, running, waiting. A trial stopped by Ctrl+C or SIGTERM
     (user attribute ``interrupted``) or failed because its worker died (its number in ``abandoned``) is interrupted,
     not failed: it does not use the ``--n_trials`` budget. The one count of a sweep's trials, for its workers
     (``recipes.sweep.study.counts``) and for a later command closing a dead sweep (``study_counts``)."""
-    counts = dict.fromkeys((*COUNTED, "running"), 0)
+    counts = dict.fromkeys((*COUNTED, "running", "waiting"), 0)
     for trial in trials:
         state = trial.state.name  # optuna.trial.TrialState
         if trial.user_attrs.get("interrupted") or (state == "FAIL" and trial.number in abandoned):
             counts["interrupted"] += 1
         elif state in ("COMPLETE", "PRUNED", "FAIL"):
             counts[{"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[state]] += 1
-        else:  # RUNNING (or WAITING)
+        elif state == "WAITING":  # a retry of a trial whose worker died, for the next worker's ask
+            counts["waiting"] += 1
+        else:  # RUNNING
             counts["running"] += 1
     return counts
 

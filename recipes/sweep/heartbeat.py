@@ -1,0 +1,110 @@
+"""Heartbeats of a sweep's trials, so that a trial whose worker died on any machine is failed and retried.
+
+Optuna's RDB storages (SQLite, PostgreSQL, MySQL) keep a heartbeat per running trial when they are built with a
+``heartbeat_interval``; ``optuna.storages.fail_stale_trials`` fails the RUNNING trials whose last heartbeat is older
+than the ``grace_period`` and hands each to the storage's ``heartbeat_stale_trial_callback``. Optuna beats for a
+trial only inside ``Study.optimize``; ``recipes sweep`` asks and tells (``recipes.sweep.runner``), so it records
+the heartbeats itself through the storage's public API (``record_heartbeat``), from a thread of the worker, while
+the trial trains (``beating``).
+
+A stale trial (and a trial of a dead process of this host, ``recipes.sweep.workers``) is retried by Optuna's
+``RetryHeartbeatStaleTrialCallback``: a new WAITING trial with the same values, which the next ``ask`` of any worker
+takes first; ``retried_trial`` names the trial it repeats.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import optuna
+from optuna.storages import RDBStorage, RetryFailedTrialCallback, RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+#: seconds between two heartbeats of a running trial (``recipes sweep --heartbeat_interval``)
+HEARTBEAT_S = 10
+#: a trial without a heartbeat for this many intervals is stale (its worker is taken for dead)
+GRACE_INTERVALS = 3
+
+
+@contextmanager
+def stable_enough() -> Iterator[None]:
+    """Without Optuna's warning, at every call, that its heartbeat parts are experimental (they are since 2.8-2.9)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+def heartbeat_storage(url: str, interval: int = HEARTBEAT_S) -> RDBStorage:
+    """Optuna's storage at ``url`` with heartbeats every ``interval`` seconds, stale after ``GRACE_INTERVALS`` of
+    them, and a stale trial retried once per failure (Optuna's ``RetryHeartbeatStaleTrialCallback``)."""
+    with stable_enough():
+        return RDBStorage(url, heartbeat_interval=interval, grace_period=GRACE_INTERVALS * interval,
+                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
+
+
+def retry(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue ``trial`` (failed because its worker died) again: a WAITING trial with its values (Optuna's callback)."""
+    with stable_enough():
+        RetryHeartbeatStaleTrialCallback()(study, trial)
+
+
+def retried_trial(study: optuna.Study, number: int) -> int | None:
+    """The number of the trial that trial ``number`` retries (the first of the chain), ``None`` for a new one."""
+    frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    with stable_enough():
+        return RetryFailedTrialCallback.retried_trial_number(frozen) if frozen is not None else None
+
+
+def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
+    """Fail (and retry) the RUNNING trials whose worker stopped beating; their numbers. Nothing without heartbeats."""
+    if storage.get_heartbeat_interval() is None:
+        return []
+    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    if not running:
+        return []
+    with stable_enough():
+        optuna.storages.fail_stale_trials(study)
+    return sorted(t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.number in running)
+
+
+def ask(study: optuna.Study) -> optuna.Trial:
+    """``study.ask()`` (a WAITING retry first) without Optuna's warning that heartbeats are meant for ``optimize``:
+    this module records them itself."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+        return study.ask()
+
+
+@contextmanager
+def beating(study: optuna.Study, storage: RDBStorage, number: int) -> Iterator[None]:
+    """Record trial ``number``'s heartbeat now and every interval until the block ends (nothing without them)."""
+    interval = storage.get_heartbeat_interval()
+    if interval is None:
+        yield
+        return
+    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name),
+                                                                number)
+    storage.record_heartbeat(trial_id)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception:  # noqa: BLE001 - a missed beat (the database briefly away): the next one may land
+                continue
+
+    thread = threading.Thread(target=beat, name=f"optuna-heartbeat-{number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+__all__ = ["GRACE_INTERVALS", "HEARTBEAT_S", "ask", "beating", "fail_stale_trials", "heartbeat_storage", "retried_trial",
+           "retry", "stable_enough"]
