@@ -176,9 +176,13 @@ def run_recipe(args: list[str] | None) -> None:
         raise SystemExit(stop.code) from None
     except SIGTERMException as stop:  # Lightning raises it without a code, which would exit 0
         code = stop.code if isinstance(stop.code, int) and stop.code else 128 + 15
-        name = "SIGINT" if code == 128 + 2 else "SIGTERM"
+        name = {128 + 2: "SIGINT", 128 + 10: "SIGUSR1"}.get(code, "SIGTERM")
         if rank_zero_only.rank == 0:  # under DDP every process stops; one says so
             print(f"recipes: stopped by {name} (run marked KILLED, last.ckpt saved)", file=sys.stderr)
+            if name == "SIGUSR1":  # SLURM's pre-kill signal: the job comes back and resumes this run
+                from recipes.run.slurm import requeue  # noqa: PLC0415
+
+                print(f"recipes: {requeue()}", file=sys.stderr)
         raise SystemExit(code) from None
     finally:
         release_run_locks()  # the command is over: its run may be resumed (this process may run another command)

@@ -17,13 +17,16 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from recipes.compat.internals import can_stop_after_this_batch, hold_stop_request, stop_after_this_batch
 from recipes.callbacks.run_checkpoint import RunCheckpoint
 
-SIGNAL_EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+SIGNAL_EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM, "SIGUSR1": 128 + signal.SIGUSR1}
+#: under DDP the ranks agree on the strongest pending signal (MAX of the numbers): SIGTERM, SIGUSR1, SIGINT
+SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGUSR1: "SIGUSR1", signal.SIGTERM: "SIGTERM"}
 
 
 class StopOnSignal(Callback):
@@ -44,6 +47,8 @@ class StopOnSignal(Callback):
     * A signal that arrives during a fit's validation, or in the train batch just before it (an epoch's last),
       stops after that validation and its checkpoints, and after the epoch's end when it ends an epoch; Lightning
       would abort the validation after its current batch, and the resume from that ``last.ckpt`` failed.
+    * Under SLURM (Lightning's ``SLURMEnvironment.detect``) SIGUSR1, the signal SLURM sends before it kills a job,
+      stops the fit as SIGTERM does (exit 138); the command then requeues the job (``recipes.run.slurm``).
     * Loggers with a ``mark_killed(reason)`` method (``RecipeLogger``) are told which signal ended the run.
     * A signal that cannot be honoured at a batch boundary because the process is stuck (a call that does not
       return: a tracker, a file system) is not the last word: a second SIGTERM, or a third SIGINT, ends the process
@@ -99,6 +104,17 @@ class StopOnSignal(Callback):
         if distributed:
             self._pending_signal = 0
         signal.signal(signal.SIGTERM, on_sigterm)
+        if SLURMEnvironment.detect():  # SLURM's pre-kill signal (--signal=USR1@90): stop as on SIGTERM, requeue after
+
+            def on_sigusr1(signum: int, frame: Any) -> None:
+                if distributed:
+                    self._pending_signal = max(self._pending_signal or 0, int(signal.SIGUSR1))
+                else:
+                    self.interrupted = self.interrupted or "SIGUSR1"
+                    if callable(lightning_sigterm):
+                        lightning_sigterm(signal.SIGTERM, frame)
+
+            signal.signal(signal.SIGUSR1, on_sigusr1)
 
     def _count(self, name: str) -> int:
         """Count one more arrival of signal ``name``; how many so far in this fit."""
@@ -115,7 +131,7 @@ class StopOnSignal(Callback):
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         agreed = int(flag.item())
         if agreed:
-            self.interrupted = "SIGINT" if agreed == signal.SIGINT else "SIGTERM"
+            self.interrupted = SIGNAL_NAMES.get(agreed, "SIGTERM")
             if trainer.is_global_zero:
                 print(f"{self.interrupted}: every process stops after this batch", flush=True)
             stop_after_this_batch(trainer)  # Lightning raises SIGTERMException on every rank

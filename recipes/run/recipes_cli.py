@@ -56,6 +56,7 @@ from recipes.tracking.logger import RecipeLogger
 from recipes.tracking.run_creation import is_store_error, run_creation_refusal
 from recipes.run.learning_rate_check import check_learning_rate_args, check_learning_rates
 from recipes.run.trainer_settings import check_trainer_settings
+from recipes.run.slurm import job_tags, requeued_checkpoint, with_requeue_off
 from recipes.tracking.config import (
     RECIPE_LOGGER_CLASS_PATH,
     configure_tracking,
@@ -168,6 +169,10 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         if as_built:  # --ckpt_path none: the network as built, on purpose; the run's tag loopwise.ckpt_path_given
             self.ckpt_path_given = UNTRAINED
             self.apply_to_config(cfg, {"ckpt_path": None})
+        elif self.config.get("subcommand") == "fit" and not cfg.get("ckpt_path"):  # a requeued SLURM job resumes
+            requeued = requeued_checkpoint(tracking_uri(cfg), experiment_name(cfg), str(cfg.checkpoints_dir))
+            if requeued is not None:
+                self.apply_to_config(cfg, {"ckpt_path": requeued})
         if cfg.get("ckpt_path"):
             self.ckpt_path_given = str(cfg.ckpt_path)
             self.checkpoint = self.check_checkpoint(cfg)
@@ -310,7 +315,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             kwargs.setdefault("enable_progress_bar", False)
         config_init = self.config_init[self.subcommand] if self.subcommand else self.config_init
         built = config_init.get("trainer", {})
-        plugins = with_atomic_checkpoint_io(built.get("plugins"), built.get("strategy"))
+        plugins = with_requeue_off(with_atomic_checkpoint_io(built.get("plugins"), built.get("strategy")))
         if plugins is not None:
             kwargs.setdefault("plugins", plugins)
         if built.get("profiler") is None and not built.get("barebones"):  # a barebones Trainer refuses any profiler
@@ -324,6 +329,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         extra = {ALLOW_TAG: "; ".join(c.tag() for c in self.data_changes)} if self.data_changes else {}
         if not (self.subcommand == "fit" and cfg.get("ckpt_path")):  # a resumed run keeps its first description
             extra.update(describe_command(str(self.subcommand), self.command_args))
+        extra.update(job_tags())  # under SLURM: the job, which a requeued job resumes by
         extra.update(self.extra_run_tags())  # a subclass's (a sweep's trial: nested under the sweep's parent run)
         start_tracked_run(trainer, cfg, self.subcommand, extra or None, self.ckpt_path_given)
         if self.subcommand != "fit" and self.checkpoint is not None:  # which training run this evaluates

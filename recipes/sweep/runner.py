@@ -169,8 +169,8 @@ def settle_dead_workers(client: MlflowClient, parent: str, experiment: str, chec
     ended KILLED by ``close_abandoned_runs``); their worker tags on the parent say ``died``. Nothing when ``dead`` is
     empty unless ``always`` (this worker's start and end: a dead run may be left from before)."""
     if dead:
-        say(f"trial(s) {', '.join(map(str, dead))} were left RUNNING by a worker that no longer exists: failed "
-            "(they do not count toward --n_trials)")
+        say(f"trial(s) {', '.join(map(str, dead))} were left RUNNING by a worker that no longer exists: failed, and "
+            "queued again with the same values")
     if not (dead or always):
         return
     replay_pending(client.tracking_uri, checkpoints_dir)  # their fit runs: their last values, then KILLED

@@ -8,9 +8,11 @@ import subprocess
 import sys
 import time
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
+from recipes.sweep.heartbeat import retried_trial
 from recipes.tracking.abandoned_runs import close_abandoned_runs
 from tests.conftest import SPIRAL, recipes_env, runs_of
 from tests.sweep_runs import SWEEP, study_of, sweep
@@ -116,16 +118,22 @@ def test_a_parent_run_is_closed_only_when_none_of_its_workers_may_still_work(wor
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_trial_leaves_the_record_optunas_and_its_trial_killed_with_its_metrics(workdir, monkeypatch,
-                                                                                                     capsys):
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_worker_killed_mid_trial_leaves_the_record_optunas_and_its_trial_killed_with_its_metrics(
+        workdir, monkeypatch, capsys, request, database):
     """Issue 53: one of two workers is killed (kill -9) in the middle of its trial while the other works on. When
     the other ends, without a `recipes sync`: the parent's counts are Optuna's, the dead trial is FAIL in Optuna and
-    does not use the budget, and its run is KILLED with every metric its journal holds."""
+    does not use the budget, and its run is KILLED with every metric its journal holds. Issue 58: the dead trial is
+    retried with the same values as a new trial whose run links to the killed one, and the study still reaches
+    --n_trials COMPLETE trials; on the study's default SQLite file and on a PostgreSQL server (the team's setup)."""
     import recipes.sweep.runner as runner
     from recipes.tracking.journal import JOURNAL_NAME, read_journal
     from tests.conftest import mlflow_client
 
-    dead = start_sweep(workdir, "--n_trials", "3")
+    storage = []
+    if database == "postgresql":
+        storage = ["--storage", request.getfixturevalue("postgres").create_database("optuna_killed_worker")]
+    dead = start_sweep(workdir, "--n_trials", "3", *storage)
     wait_for_training(workdir, dead)
     [journal] = (workdir / "checkpoints" / "spiral_mlp").glob(f"*/{JOURNAL_NAME}")
     deadline = time.monotonic() + 120
@@ -142,10 +150,15 @@ def test_a_worker_killed_mid_trial_leaves_the_record_optunas_and_its_trial_kille
         return real(fit_args, active)
 
     monkeypatch.setattr(runner, "run_trial", kill_the_other_then_run)
-    assert sweep("--n_trials", "3", "--trainer.max_epochs", "1") == 0
-    study = study_of(workdir)
+    assert sweep("--n_trials", "3", "--trainer.max_epochs", "1", *storage) == 0
+    study = study_of(workdir) if not storage else optuna.load_study(study_name="spiral_mlp-sweep", storage=storage[1])
     states = [t.state for t in study.trials]
     assert states == [TrialState.FAIL] + [TrialState.COMPLETE] * 3  # the dead trial does not use the budget
+    # trial 1 was asked while trial 0's worker still lived; trial 2 retries trial 0 with its values
+    assert retried_trial(study, 2) == 0 and study.trials[2].params == study.trials[0].params
+    out = capsys.readouterr().out
+    assert "trial(s) 0 were left RUNNING by a worker that no longer exists" in out
+    assert "trial 2 retries trial 0 (its worker died) with the same values" in out
     runs = runs_of(workdir, "spiral_mlp")
     [parent] = [r for r in runs if r.data.tags.get("loopwise.stage") == "sweep"]
     counts = {key: parent.data.metrics[f"trials_{key}"] for key in ("complete", "pruned", "failed", "interrupted")}
@@ -155,10 +168,11 @@ def test_a_worker_killed_mid_trial_leaves_the_record_optunas_and_its_trial_kille
     import socket
 
     assert parent.data.tags[f"loopwise.worker/{socket.gethostname()}/{dead.pid}"] == "died"
-    assert "trial(s) 0 were left RUNNING by a worker that no longer exists" in capsys.readouterr().out
     trials = {int(r.data.tags["loopwise.sweep.trial"]): r for r in runs if r.data.tags.get("loopwise.stage") == "fit"}
     killed = trials[0]
     assert killed.info.status == "KILLED" and "loopwise.abandoned" in killed.data.tags
+    assert trials[2].data.tags["loopwise.sweep.retry_of_trial"] == "0"
+    assert trials[2].data.tags["loopwise.sweep.retry_of_run"] == killed.info.run_id
     assert [trials[n].info.status for n in (1, 2, 3)] == ["FINISHED"] * 3
     client = mlflow_client(workdir)
     journaled = {(key, e["step"]) for e in read_journal(journal) if e["kind"] == "metrics" for key in e["values"]}
