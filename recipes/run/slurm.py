@@ -93,13 +93,16 @@ def requeued_checkpoint(tracking_uri: str, experiment: str, checkpoints_dir: str
     runs = [] if found is None else client.search_runs(
         [found.experiment_id], f"tags.`{JOB_TAG}` = '{job}' and tags.`loopwise.stage` = 'fit'",
         order_by=["attributes.start_time DESC"], max_results=1)
+    says = os.environ.get("SLURM_PROCID", "0") == "0"  # under DDP every task looks; the first one says so
     if not runs or not (Path(checkpoints_dir) / experiment / runs[0].info.run_id / "last.ckpt").is_file():
-        print(f"recipes: SLURM job {job} restarted (restart {restarts}) with no run of it to resume: a new run",
-              file=sys.stderr, flush=True)
+        if says:
+            print(f"recipes: SLURM job {job} restarted (restart {restarts}) with no run of it to resume: a new run",
+                  file=sys.stderr, flush=True)
         return None
     run_id = runs[0].info.run_id
-    print(f"recipes: SLURM job {job} restarted (restart {restarts}): resuming run {run_id} from its last.ckpt",
-          file=sys.stderr, flush=True)
+    if says:
+        print(f"recipes: SLURM job {job} restarted (restart {restarts}): resuming run {run_id} from its last.ckpt",
+              file=sys.stderr, flush=True)
     return f"run:{run_id}/last"
 
 

@@ -53,7 +53,8 @@ def sweep_options(  # noqa: PLR0913 - the command's options, read from this sign
     Args:
         n_trials: COMPLETE trials of the study in all (running the command again, or on several machines on one
             --storage, adds trials to the same study until it has that many; pruned, failed and interrupted trials
-            do not count, and the sweep stops once as many trials failed)
+            do not count; the sweep stops early once as many trials failed, when none of the first n_trials
+            completed, or after 10 x n_trials finished ones)
         timeout: stop starting trials after this many seconds
         study_name: the Optuna study (default: <experiment>-sweep)
         storage: Optuna storage URL (default: sqlite:///./optuna.db; postgresql://user:pw@host/db with
@@ -211,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         code = stop.code if isinstance(stop.code, int) and stop.code else 130
         print(f"{PROG}: stopped (the current trial's run is KILLED; run the command again to continue the study)",
               file=sys.stderr)
+        if code == 128 + 10:  # SIGUSR1: SLURM's pre-kill signal; the requeued task continues the study
+            from recipes.run.slurm import requeue  # noqa: PLC0415
+
+            print(f"{PROG}: {requeue()}", file=sys.stderr)
         return code
 
 

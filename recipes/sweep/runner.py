@@ -56,13 +56,15 @@ from recipes.sweep.study import (
 from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.tracking.pending_replay import replay_pending
 from recipes.sweep.processes import announce_trial
-from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, retried_trial
+from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, retried_trial, retry
 from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker, record_abandoned
 from recipes.sweep.trial import ActiveTrial
 from recipes.sweep.trial_cli import run_trial
 from recipes.tracking.config import experiment_name, tracking_uri
 
 PROG = "recipes sweep"
+PREEMPTED = 128 + 10  # the exit code of a fit stopped by SIGUSR1, SLURM's pre-kill signal (StopOnSignal)
+MAX_TRIALS_FACTOR = 10  # a study stops starting trials after this many times --n_trials finished ones
 WAIT_S = 2.0  # between two looks at the study while the other workers' trials may complete it
 
 
@@ -213,7 +215,8 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
             dead = fail_abandoned_trials(study)  # a RUNNING trial of a dead worker would hold a place
             stale = fail_stale_trials(study, rdb) if rdb is not None else []
             done = counts(study)
-            enough = done["complete"] >= options.n_trials or done["failed"] >= options.n_trials
+            hopeless = why_stop(done, options.n_trials)
+            enough = done["complete"] >= options.n_trials or hopeless is not None
             busy = not enough and done["complete"] + done["running"] >= options.n_trials
             if not (enough or busy):
                 trial = ask(study)
@@ -221,8 +224,8 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
         settle_dead_workers(client, parent, experiment, checkpoints_dir, dead)
         settle_stale_trials(client, study, experiment, stale)
         if enough:
-            if done["complete"] < options.n_trials:
-                say(f"{done['failed']} trials failed, as many as --n_trials: stopping (see their failures)")
+            if hopeless is not None:
+                say(hopeless)
             return
         if busy:  # the others' trials may complete the study: wait for them (or their death)
             if not waited:
@@ -242,6 +245,8 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
         except (SIGTERMException, KeyboardInterrupt) as stop:
             trial.set_user_attr("interrupted", True)
             study.tell(trial, state=TrialState.FAIL)
+            if getattr(stop, "code", None) == PREEMPTED:  # SLURM's pre-kill signal: the trial's values run again
+                retry(study, next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number))
             run_id = trial_run_id(client, experiment, name, trial.number)
             if run_id:
                 client.set_tag(run_id, "loopwise.sweep.failure", "interrupted")
@@ -251,6 +256,24 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
             raise
         record_trial(study, client, trial, active, state, reason, experiment)
         record_progress(study, client, parent)
+
+
+def why_stop(done: dict[str, int], n_trials: int) -> str | None:
+    """Why a study short of ``n_trials`` complete trials starts no more (``None``: it goes on): as many failures as
+    ``n_trials``; none of the first ``n_trials`` completed (all pruned or failed: the search space or the pruner
+    leaves nothing to complete); or ``MAX_TRIALS_FACTOR`` times ``n_trials`` trials finished."""
+    finished = done["complete"] + done["pruned"] + done["failed"]
+    if done["complete"] >= n_trials:
+        return None
+    if done["failed"] >= n_trials:
+        return f"{done['failed']} trials failed, as many as --n_trials: stopping (see their failures)"
+    if done["complete"] == 0 and finished >= n_trials:
+        return (f"none of the first {finished} trials completed ({done['pruned']} pruned, {done['failed']} failed): "
+                "stopping (see the pruner and the search space)")
+    if finished >= MAX_TRIALS_FACTOR * n_trials:
+        return (f"{finished} trials finished, {MAX_TRIALS_FACTOR}x --n_trials, {done['complete']} of them complete: "
+                "stopping")
+    return None
 
 
 def retry_link(client: MlflowClient, study: optuna.Study, experiment: str, number: int) -> tuple[int, str | None] | None:
@@ -306,4 +329,4 @@ def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial,
 
 
 __all__ = ["close_parent", "record_trial", "retry_link", "run_sweep", "run_trials", "settle_dead_workers",
-           "settle_stale_trials", "trial_run_id", "write_best_config"]
+           "settle_stale_trials", "trial_run_id", "why_stop", "write_best_config"]
