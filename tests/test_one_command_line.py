@@ -143,4 +143,5 @@ def test_a_sweep_option_that_does_not_parse_is_one_error_line_and_exit_2(workdir
 def test_sweep_help_is_its_options_docstring(capsys):
     assert recipes("sweep", "--help") == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "--n_trials N_TRIALS trials of the study in all" in out and "-c FILE, --config FILE" in out
+    assert "--n_trials N_TRIALS COMPLETE trials of the study in all" in out and "-c FILE, --config FILE" in out
+    assert "--heartbeat_interval HEARTBEAT_INTERVAL seconds between a running trial" in out
