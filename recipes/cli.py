@@ -155,9 +155,11 @@ def run_recipe(args: list[str] | None) -> None:
     from recipes.checkpoints.run_lock import release_run_locks  # noqa: PLC0415
     from recipes.run.errors import RecipeInputError  # noqa: PLC0415
     from recipes.run.recipes_cli import RecipesCLI  # noqa: PLC0415
+    from recipes.run.slurm import requeue_signal_stops  # noqa: PLC0415
 
     try:
-        cli = RecipesCLI(args=args)
+        with requeue_signal_stops():  # under SLURM: SIGUSR1 outside training stops the command too, then requeues
+            cli = RecipesCLI(args=args)
         if fit_wants_test(cli):
             best = fit_best_checkpoint(cli)
             if best is None:

@@ -49,15 +49,18 @@ def comparable(value: Any) -> Any:
     return value
 
 
-def task_values_replaced(command_model: Any, checkpoint_model: Any) -> list[tuple[str, Any, Any]]:
+def task_values_replaced(command_model: Any, checkpoint_model: Any,
+                         linked: frozenset[str] = frozenset()) -> list[tuple[str, Any, Any]]:
     """``(key under model, the command's value, the checkpoint's value)`` for each task value the command's config
-    sets (not ``None``) that the checkpoint's hyperparameters replace with another value."""
+    sets (not ``None``) that the checkpoint's hyperparameters replace with another value; ``linked``: the config
+    keys the data module sets (``model.init_args.num_classes``, ...), which are not the user's."""
     if command_model is None or checkpoint_model is None:
         return []
     mine = dict(flattened(command_model))
     theirs = dict(flattened(checkpoint_model))
     return [(key, value, theirs[key]) for key, value in mine.items()
-            if value is not None and key in theirs and comparable(theirs[key]) != comparable(value)]
+            if value is not None and key in theirs and f"model.{key}" not in linked
+            and comparable(theirs[key]) != comparable(value)]
 
 
 def notice_lines(replaced: list[tuple[str, Any, Any]], subcommand: str) -> list[str]:

@@ -37,7 +37,7 @@ from recipes.checkpoints.files import CheckpointError, CheckpointSummary, check_
 from recipes.checkpoints.atomic_io import with_atomic_checkpoint_io
 from recipes.checkpoints.locations import UNTRAINED, evaluates_as_built, resolve_checkpoint
 from recipes.checkpoints.history_rank import command_metric
-from recipes.run.data_sizes import DataSizeError, DataSizes, class_at, data_size_error
+from recipes.run.data_sizes import SIZE_LINKS, DataSizeError, DataSizes, class_at, data_size_error
 from recipes.run.processor_match import warn_if_processor_differs
 from recipes.run.device_settings import DeviceSettingError, apply_device_settings
 from recipes.tracking.evaluation_link import link_evaluation_run
@@ -169,7 +169,7 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         if as_built:  # --ckpt_path none: the network as built, on purpose; the run's tag loopwise.ckpt_path_given
             self.ckpt_path_given = UNTRAINED
             self.apply_to_config(cfg, {"ckpt_path": None})
-        elif self.config.get("subcommand") == "fit" and not cfg.get("ckpt_path"):  # a requeued SLURM job resumes
+        elif self.config.get("subcommand") == "fit" and not cfg.get("ckpt_path") and self.resumes_requeued_job():
             requeued = requeued_checkpoint(tracking_uri(cfg), experiment_name(cfg), str(cfg.checkpoints_dir))
             if requeued is not None:
                 self.apply_to_config(cfg, {"ckpt_path": requeued})
@@ -266,7 +266,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         cfg = self.subcommand_config
         assert cfg is not None
         if rank_zero_only.rank == 0:  # the task values the checkpoint's hyperparameters replaced, one line each
-            replaced = task_values_replaced(self.model_as_given, cfg.get("model"))
+            linked = frozenset(link.target for link in SIZE_LINKS)
+            replaced = task_values_replaced(self.model_as_given, cfg.get("model"), linked)
             for line in notice_lines(replaced, str(self.subcommand)):
                 print(line, file=sys.stderr, flush=True)
         self.apply_to_config(cfg, tracking_before_build(cfg))
@@ -346,6 +347,11 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         """Tags this command adds to the run's MLflow tags when the trainer starts the run (``self.subcommand`` is
         set). None here; a subclass overrides it (a sweep's trial: its study, number, params and parent run)."""
         return {}
+
+    def resumes_requeued_job(self) -> bool:
+        """Whether a ``fit`` without ``--ckpt_path`` in a requeued SLURM job resumes the run that job's signal stopped
+        (``recipes.run.slurm.requeued_checkpoint``). Yes here; a sweep's trial starts its own run."""
+        return True
 
     def extra_callbacks(self) -> list[Callback]:
         """Callbacks this command adds to the recipe's table when the trainer is built (``self.subcommand`` is set);

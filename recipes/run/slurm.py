@@ -11,7 +11,8 @@ and loopwise handles the signal itself:
 * ``StopOnSignal`` treats SIGUSR1 as it treats SIGTERM (every DDP rank stops after the same batch, rank 0 saves the
   run's stamped ``last.ckpt``, the run ends KILLED, exit 138), then ``requeue`` runs ``scontrol requeue <job>``;
 * the run carries the tag ``loopwise.slurm_job`` (``<job id>``, or ``<array job id>_<task id>`` in an array);
-* the requeued job (``SLURM_RESTART_COUNT`` >= 1) finds that job's newest fit run and resumes it with
+* the requeued job (``SLURM_RESTART_COUNT`` >= 1) finds that job's newest fit run the signal stopped (KILLED) and
+  resumes it with
   ``--ckpt_path run:<id>/last`` (``requeued_checkpoint``), as the same MLflow run, exactly; an explicit
   ``--ckpt_path`` wins.
 """
@@ -19,12 +20,16 @@ and loopwise handles the signal itself:
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
+from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 JOB_TAG = "loopwise.slurm_job"
 
@@ -48,8 +53,9 @@ def slurm_job() -> str | None:
 
 def with_requeue_off(plugins: Any) -> Any:
     """The trainer's ``plugins`` with ``SLURMEnvironment(auto_requeue=False)`` added under SLURM (unless a cluster
-    environment is given): loopwise, not Lightning, handles the requeue signal (see the module)."""
-    if not under_slurm():
+    environment is given, or ``torchrun`` started the process, whose environment Lightning puts first): loopwise,
+    not Lightning, handles the requeue signal (see the module)."""
+    if not under_slurm() or TorchElasticEnvironment.detect():
         return plugins
     given = [] if plugins is None else (list(plugins) if isinstance(plugins, (list, tuple)) else [plugins])
     if any(isinstance(p, ClusterEnvironment) for p in given):
@@ -78,6 +84,33 @@ def requeue() -> str:
     return f"requeued SLURM job {job}; it resumes this run from last.ckpt"
 
 
+@contextmanager
+def requeue_signal_stops() -> Iterator[None]:
+    """Under SLURM, SIGUSR1 outside a fit's training (setup, validation, a test, a sweep between trials) ends the
+    command as a stop by that signal (``SIGTERMException``, exit 138, then the requeue), instead of the signal's
+    default action (the process killed, nothing requeued); during training ``StopOnSignal`` handles it at a batch
+    boundary. The previous handler is put back after the block."""
+    if not under_slurm() or threading_not_main():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SIGTERMException(128 + signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def threading_not_main() -> bool:
+    """Signal handlers can only be set from the main thread."""
+    import threading  # noqa: PLC0415
+
+    return threading.current_thread() is not threading.main_thread()
+
+
 def requeued_checkpoint(tracking_uri: str, experiment: str, checkpoints_dir: str) -> str | None:
     """``run:<id>/last`` of this job's newest fit run when this is a requeued SLURM job (``SLURM_RESTART_COUNT`` >=
     1) and that run has a ``last.ckpt``; else ``None`` (a first start, or a job killed before its first checkpoint:
@@ -90,8 +123,9 @@ def requeued_checkpoint(tracking_uri: str, experiment: str, checkpoints_dir: str
 
     client = MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(experiment)
-    runs = [] if found is None else client.search_runs(
-        [found.experiment_id], f"tags.`{JOB_TAG}` = '{job}' and tags.`loopwise.stage` = 'fit'",
+    runs = [] if found is None else client.search_runs(  # a run this job's signal stopped (not one it finished)
+        [found.experiment_id],
+        f"tags.`{JOB_TAG}` = '{job}' and tags.`loopwise.stage` = 'fit' and attributes.status = 'KILLED'",
         order_by=["attributes.start_time DESC"], max_results=1)
     says = os.environ.get("SLURM_PROCID", "0") == "0"  # under DDP every task looks; the first one says so
     if not runs or not (Path(checkpoints_dir) / experiment / runs[0].info.run_id / "last.ckpt").is_file():
@@ -106,4 +140,5 @@ def requeued_checkpoint(tracking_uri: str, experiment: str, checkpoints_dir: str
     return f"run:{run_id}/last"
 
 
-__all__ = ["JOB_TAG", "job_tags", "requeue", "requeued_checkpoint", "slurm_job", "under_slurm", "with_requeue_off"]
+__all__ = ["JOB_TAG", "job_tags", "requeue", "requeue_signal_stops", "requeued_checkpoint", "slurm_job", "under_slurm",
+           "with_requeue_off"]

@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415
 
     from recipes.sweep.processes import follow, is_follower  # noqa: PLC0415
+    from recipes.run.slurm import requeue_signal_stops  # noqa: PLC0415
     from recipes.sweep.runner import run_sweep  # noqa: PLC0415
     from recipes.sweep.space import SweepSpaceError, as_cli_value, read_sweep_file  # noqa: PLC0415
 
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         check_tracked(cfg)
         if is_follower():  # a DDP process started for rank 0's trials: it runs them, never asks the study
             return follow(fit_args)
-        return run_sweep(options, fit_args, sweep, cfg)
+        with requeue_signal_stops():  # under SLURM: SIGUSR1 between trials stops the sweep too, then requeues
+            return run_sweep(options, fit_args, sweep, cfg)
     except (SweepError, SweepSpaceError, ValueError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2

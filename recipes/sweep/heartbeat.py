@@ -14,6 +14,7 @@ takes first; ``retried_trial`` names the trial it repeats.
 
 from __future__ import annotations
 
+import copy
 import threading
 import warnings
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from contextlib import contextmanager
 import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
+
+from recipes.tracking.abandoned_runs import HOST_TAG, PID_TAG
 
 #: seconds between two heartbeats of a running trial (``recipes sweep --heartbeat_interval``)
 HEARTBEAT_S = 10
@@ -37,18 +40,47 @@ def stable_enough() -> Iterator[None]:
         yield
 
 
+#: a trial's values run at most this many more times after its first worker died (a trial whose values get every
+#: worker killed, by the out-of-memory killer say, is not retried forever)
+MAX_RETRY = 2
+#: user attributes of a failed trial that its retry must not inherit: whose it was and how it ended
+NOT_INHERITED = ("interrupted", "failure", HOST_TAG, PID_TAG)
+
+
+class RetryStaleTrial(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a trial failed for its missing heartbeats (``fail_stale_trials`` calls it for each trial it
+    failed itself), which also keeps the numbers of those trials for the caller, and gives the retry none of the
+    dead trial's own attributes (``NOT_INHERITED``)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_retry=MAX_RETRY)
+        self.failed: list[int] = []
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.failed.append(trial.number)
+        super().__call__(study, inheritable(trial))
+
+
+def inheritable(trial: FrozenTrial) -> FrozenTrial:
+    """``trial`` with only the user attributes a retry of it may carry."""
+    kept = copy.deepcopy(trial)
+    kept.user_attrs = {key: value for key, value in trial.user_attrs.items() if key not in NOT_INHERITED}
+    return kept
+
+
 def heartbeat_storage(url: str, interval: int = HEARTBEAT_S) -> RDBStorage:
     """Optuna's storage at ``url`` with heartbeats every ``interval`` seconds, stale after ``GRACE_INTERVALS`` of
-    them, and a stale trial retried once per failure (Optuna's ``RetryHeartbeatStaleTrialCallback``)."""
+    them, and a stale trial retried (``RetryStaleTrial``)."""
     with stable_enough():
         return RDBStorage(url, heartbeat_interval=interval, grace_period=GRACE_INTERVALS * interval,
-                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
+                          heartbeat_stale_trial_callback=RetryStaleTrial())
 
 
 def retry(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Queue ``trial`` (failed because its worker died) again: a WAITING trial with its values (Optuna's callback)."""
+    """Queue ``trial`` (failed because its worker died or was preempted) again: a WAITING trial with its values
+    (Optuna's callback), at most ``MAX_RETRY`` times per trial."""
     with stable_enough():
-        RetryHeartbeatStaleTrialCallback()(study, trial)
+        RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, inheritable(trial))
 
 
 def retried_trial(study: optuna.Study, number: int) -> int | None:
@@ -59,15 +91,27 @@ def retried_trial(study: optuna.Study, number: int) -> int | None:
 
 
 def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
-    """Fail (and retry) the RUNNING trials whose worker stopped beating; their numbers. Nothing without heartbeats."""
-    if storage.get_heartbeat_interval() is None:
+    """Fail (and retry) the RUNNING trials whose worker stopped beating; the numbers of those this call failed (not
+    a trial another worker failed or told meanwhile). Nothing without heartbeats."""
+    callback = storage.get_heartbeat_stale_trial_callback()
+    if storage.get_heartbeat_interval() is None or not isinstance(callback, RetryStaleTrial):
         return []
-    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    if not running:
-        return []
+    callback.failed = []
     with stable_enough():
         optuna.storages.fail_stale_trials(study)
-    return sorted(t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.number in running)
+    return sorted(callback.failed)
+
+
+def first_beat(study: optuna.Study, storage: RDBStorage, number: int) -> None:
+    """Record trial ``number``'s first heartbeat now (right after ``ask``: a RUNNING trial without one is never
+    taken for stale); nothing without heartbeats."""
+    if storage.get_heartbeat_interval() is not None:
+        storage.record_heartbeat(trial_id_of(study, storage, number))
+
+
+def trial_id_of(study: optuna.Study, storage: RDBStorage, number: int) -> int:
+    """The storage's id of trial ``number`` (public API: study id by name, then trial id by number)."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
 
 
 def ask(study: optuna.Study) -> optuna.Trial:
@@ -85,8 +129,7 @@ def beating(study: optuna.Study, storage: RDBStorage, number: int) -> Iterator[N
     if interval is None:
         yield
         return
-    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name),
-                                                                number)
+    trial_id = trial_id_of(study, storage, number)
     storage.record_heartbeat(trial_id)
     stop = threading.Event()
 
@@ -106,5 +149,6 @@ def beating(study: optuna.Study, storage: RDBStorage, number: int) -> Iterator[N
         thread.join(timeout=30)
 
 
-__all__ = ["GRACE_INTERVALS", "HEARTBEAT_S", "ask", "beating", "fail_stale_trials", "heartbeat_storage", "retried_trial",
-           "retry", "stable_enough"]
+__all__ = ["GRACE_INTERVALS", "HEARTBEAT_S", "MAX_RETRY", "NOT_INHERITED", "RetryStaleTrial", "ask", "beating",
+           "fail_stale_trials", "first_beat", "heartbeat_storage", "inheritable", "retried_trial", "retry", "stable_enough",
+           "trial_id_of"]

@@ -26,7 +26,7 @@ import json
 import socket
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mlflow.tracking import MlflowClient
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
@@ -56,7 +57,7 @@ from recipes.sweep.study import (
 from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.tracking.pending_replay import replay_pending
 from recipes.sweep.processes import announce_trial
-from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, retried_trial, retry
+from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, retried_trial, retry
 from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker, record_abandoned
 from recipes.sweep.trial import ActiveTrial
 from recipes.sweep.trial_cli import run_trial
@@ -65,6 +66,7 @@ from recipes.tracking.config import experiment_name, tracking_uri
 PROG = "recipes sweep"
 PREEMPTED = 128 + 10  # the exit code of a fit stopped by SIGUSR1, SLURM's pre-kill signal (StopOnSignal)
 MAX_TRIALS_FACTOR = 10  # a study stops starting trials after this many times --n_trials finished ones
+WAIT_INTERVALS = 6  # heartbeat intervals a worker waits for others' trials that may complete the study (or die)
 WAIT_S = 2.0  # between two looks at the study while the other workers' trials may complete it
 
 
@@ -137,7 +139,7 @@ def run_sweep(options: Namespace, fit_args: list[str], sweep: SweepFile, cfg: Na
     try:
         with trial_start_lock(storage):
             dead = fail_abandoned_trials(study)
-            stale = fail_stale_trials(study, rdb)
+            stale = fail_stale_trials_of_dead_workers(study, rdb)
         settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True)
         settle_stale_trials(client, study, experiment, stale)
         run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, checkpoints_dir, rdb)
@@ -206,35 +208,43 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
     name, direction = study.study_name, study.direction.name.lower()
     started = time.monotonic()
     storage = options.storage or default_storage()
-    waited = False
+    waited_since: float | None = None
     while True:
         if options.timeout is not None and time.monotonic() - started > options.timeout:
             say(f"--timeout {options.timeout:g} s reached")
             return
         with trial_start_lock(storage):
             dead = fail_abandoned_trials(study)  # a RUNNING trial of a dead worker would hold a place
-            stale = fail_stale_trials(study, rdb) if rdb is not None else []
+            stale = fail_stale_trials_of_dead_workers(study, rdb) if rdb is not None else []
             done = counts(study)
             hopeless = why_stop(done, options.n_trials)
             enough = done["complete"] >= options.n_trials or hopeless is not None
             busy = not enough and done["complete"] + done["running"] >= options.n_trials
             if not (enough or busy):
                 trial = ask(study)
-                claim_trial(trial)
+                claim_trial(trial)  # before anything else can fail: its pid and first heartbeat say who runs it
+                if rdb is not None:
+                    first_beat(study, rdb, trial.number)
         settle_dead_workers(client, parent, experiment, checkpoints_dir, dead)
         settle_stale_trials(client, study, experiment, stale)
         if enough:
             if hopeless is not None:
                 say(hopeless)
             return
-        if busy:  # the others' trials may complete the study: wait for them (or their death)
-            if not waited:
-                say(f"waiting for {done['running']} running trial(s) of other workers")
-                waited = True
-            time.sleep(WAIT_S if rdb is None or rdb.get_heartbeat_interval() is None
-                       else min(WAIT_S, float(rdb.get_heartbeat_interval() or WAIT_S)))
+        if busy:  # the others' trials may complete the study: wait a while for them (or for their death)
+            interval = rdb.get_heartbeat_interval() if rdb is not None else None
+            if interval is None:  # without heartbeats a worker of another host may be dead: nothing to wait for
+                return
+            if waited_since is None:
+                waited_since = time.monotonic()
+                say(f"waiting for {done['running']} running trial(s) of other workers (up to "
+                    f"{WAIT_INTERVALS * interval} s: one that dies is failed and retried here)")
+            elif time.monotonic() - waited_since > WAIT_INTERVALS * interval:
+                say("the other workers' trials are still running: this worker ends, they finish the study")
+                return
+            time.sleep(min(WAIT_S, float(interval)))
             continue
-        waited = False
+        waited_since = None
         params = {d.key: d.suggest(trial) for d in sweep.dimensions}
         active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params,
                              retry_of=retry_link(client, study, experiment, trial.number))
@@ -243,8 +253,9 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
             with beating(study, rdb, trial.number) if rdb is not None else nullcontext():
                 state, reason = run_trial(fit_args, active)
         except (SIGTERMException, KeyboardInterrupt) as stop:
-            trial.set_user_attr("interrupted", True)
-            study.tell(trial, state=TrialState.FAIL)
+            with suppress(UpdateFinishedTrialError):  # failed meanwhile by another worker (its heartbeats late)
+                trial.set_user_attr("interrupted", True)
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             if getattr(stop, "code", None) == PREEMPTED:  # SLURM's pre-kill signal: the trial's values run again
                 retry(study, next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number))
             run_id = trial_run_id(client, experiment, name, trial.number)
@@ -253,6 +264,9 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
             record_progress(study, client, parent)
             if isinstance(stop, KeyboardInterrupt):
                 raise SIGTERMException() from stop
+            raise
+        except BaseException:  # anything else that ends this worker: its trial does not stay RUNNING
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             raise
         record_trial(study, client, trial, active, state, reason, experiment)
         record_progress(study, client, parent)
@@ -288,12 +302,19 @@ def retry_link(client: MlflowClient, study: optuna.Study, experiment: str, numbe
     return first, run_id
 
 
+def fail_stale_trials_of_dead_workers(study: optuna.Study, rdb: RDBStorage) -> list[int]:
+    """``heartbeat.fail_stale_trials``, and the trials it failed kept as interrupted (hold ``trial_start_lock``)."""
+    stale = fail_stale_trials(study, rdb)
+    if stale:
+        record_abandoned(study, stale)
+    return stale
+
+
 def settle_stale_trials(client: MlflowClient, study: optuna.Study, experiment: str, stale: list[int]) -> None:
-    """Trials failed because their worker's heartbeats stopped (any host; ``heartbeat.fail_stale_trials``, which
-    also queued them again): said in one line, counted as interrupted, their runs ended KILLED with the reason."""
+    """Trials failed because their worker's heartbeats stopped (any host; ``fail_stale_trials_of_dead_workers``,
+    which also queued them again and counted them as interrupted): said in one line, their runs ended KILLED."""
     if not stale:
         return
-    record_abandoned(study, stale)
     say(f"trial(s) {', '.join(map(str, stale))} stopped sending heartbeats (their worker died): failed, and queued "
         "again with the same values")
     for number in stale:
@@ -310,17 +331,18 @@ def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial,
     run_id = trial_run_id(client, experiment, study.study_name, trial.number)
     params = json.dumps(active.params)
     if state == TrialState.COMPLETE:
-        study.tell(trial, active.best_value())
+        study.tell(trial, active.best_value(), skip_if_finished=True)
         say(f"trial {trial.number}: {active.metric} {active.best_value():.6g}  {params}")
     elif state == TrialState.PRUNED:
-        study.tell(trial, state=TrialState.PRUNED)
+        study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
         if run_id:
             client.set_tag(run_id, "loopwise.sweep.pruned", str(reason))
             client.set_terminated(run_id, status="KILLED")
         say(f"trial {trial.number}: pruned at {reason}  {params}")
     else:
-        trial.set_user_attr("failure", str(reason))
-        study.tell(trial, state=TrialState.FAIL)
+        with suppress(UpdateFinishedTrialError):
+            trial.set_user_attr("failure", str(reason))
+        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         if run_id:
             client.set_tag(run_id, "loopwise.sweep.failure", str(reason)[:5000])
             if client.get_run(run_id).info.status == "RUNNING":
@@ -329,4 +351,4 @@ def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial,
 
 
 __all__ = ["close_parent", "record_trial", "retry_link", "run_sweep", "run_trials", "settle_dead_workers",
-           "settle_stale_trials", "trial_run_id", "why_stop", "write_best_config"]
+           "settle_stale_trials", "fail_stale_trials_of_dead_workers", "trial_run_id", "why_stop", "write_best_config"]

@@ -43,6 +43,10 @@ class TrialCLI(RecipesCLI):
         """The trial's tags (study, number, params; the parent run), on its fit's run."""
         return self.trial.tags() if self.subcommand == "fit" else {}
 
+    def resumes_requeued_job(self) -> bool:
+        """No: a trial in a requeued SLURM job is a trial of its own (the study queued the stopped one again)."""
+        return False
+
     def extra_callbacks(self) -> list[Callback]:
         """The trial's ``TrialPruning`` callback, in its fit."""
         return [TrialPruning(self.trial)] if self.subcommand == "fit" else []

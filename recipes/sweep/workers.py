@@ -24,6 +24,7 @@ import socket
 
 import optuna
 from mlflow.tracking import MlflowClient
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from recipes.sweep.heartbeat import retry
@@ -32,7 +33,6 @@ from recipes.tracking.sweep_counts import ABANDONED_TRIALS_ATTR
 
 ABANDONED_ATTR = ABANDONED_TRIALS_ATTR  # defined where a later command reads it to count a dead sweep's trials
 DIED = "died"  # the worker tag of a process that ended without saying so (kill -9, out of memory)
-CLAIMED_TAG = "loopwise.claimed_trial"  # the trial's own number, set by the worker that runs it
 
 
 def mark_worker(client: MlflowClient, parent_run_id: str, state: str) -> None:
@@ -58,7 +58,6 @@ def claim_trial(trial: optuna.Trial) -> None:
     """Name this process as the worker of ``trial`` (so another worker can tell when it died)."""
     trial.set_user_attr(HOST_TAG, socket.gethostname())
     trial.set_user_attr(PID_TAG, os.getpid())
-    trial.set_user_attr(CLAIMED_TAG, trial.number)  # a retry's copied attributes name the trial it repeats
 
 
 def abandoned_trials(study: optuna.Study) -> set[int]:
@@ -68,18 +67,20 @@ def abandoned_trials(study: optuna.Study) -> set[int]:
 
 def fail_abandoned_trials(study: optuna.Study) -> list[int]:
     """Fail the RUNNING trials whose worker was a process of this host that no longer exists, and queue each again
-    (``heartbeat.retry``: a WAITING trial with its values); their numbers. A retry that its new worker has not
-    claimed yet is left alone: it carries the dead worker's pid, copied from the trial it repeats, until
-    ``claim_trial`` (on a server database no lock keeps another worker out meanwhile). (Call it holding
-    ``trial_start_lock`` on a SQLite study: the study's list of them is read, then written.)"""
+    (``heartbeat.retry``: a WAITING trial with its values, without its dead worker's pid); their numbers (not a trial
+    another worker failed or told meanwhile). (Call it holding ``trial_start_lock`` on a SQLite study: the study's
+    list of them is read, then written.)"""
     host, found = socket.gethostname(), []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         pid = trial.user_attrs.get(PID_TAG)
         if trial.user_attrs.get(HOST_TAG) != host or not isinstance(pid, int) or pid == os.getpid():
             continue
-        if process_exists(pid) or trial.user_attrs.get(CLAIMED_TAG, trial.number) != trial.number:
+        if process_exists(pid):
             continue
-        study.tell(trial.number, state=TrialState.FAIL)
+        try:
+            study.tell(trial.number, state=TrialState.FAIL)
+        except (ValueError, UpdateFinishedTrialError):  # another worker failed (or its own worker told) it first
+            continue
         retry(study, trial)
         found.append(trial.number)
     if found:
@@ -92,5 +93,5 @@ def record_abandoned(study: optuna.Study, numbers: list[int]) -> None:
     study.set_user_attr(ABANDONED_ATTR, sorted(abandoned_trials(study) | set(numbers)))
 
 
-__all__ = ["ABANDONED_ATTR", "CLAIMED_TAG", "DIED", "abandoned_trials", "claim_trial", "fail_abandoned_trials",
+__all__ = ["ABANDONED_ATTR", "DIED", "abandoned_trials", "claim_trial", "fail_abandoned_trials",
            "mark_dead_workers", "mark_worker", "record_abandoned"]

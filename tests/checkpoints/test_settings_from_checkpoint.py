@@ -31,6 +31,11 @@ def test_only_values_the_command_sets_and_the_checkpoint_replaces_are_named():
     assert len(lines) == 2 and all(line.startswith("recipes: notice: --model.init_args.") for line in lines)
     assert "0.01 is used" in lines[1] and "init_from" in lines[1]
     assert task_values_replaced(given, given) == [] and task_values_replaced(None, saved) == []
+    # a size the data module links (its default is not the user's value) is not named
+    given.init_args.model.init_args.in_features = 7
+    linked = frozenset({"model.init_args.model.init_args.in_features"})
+    assert [key for key, _, _ in task_values_replaced(given, saved, linked)] == [
+        "init_args.model.init_args.hidden_sizes", "init_args.optimizer.init_args.lr"]
 
 
 def test_a_resume_keeps_the_checkpoint_s_task_takes_the_command_s_trainer_and_says_what_it_replaced(workdir, capsys):

@@ -90,3 +90,27 @@ def test_a_preempted_job_is_requeued_and_resumes_the_same_run_exactly(workdir, m
     a, b = last_of(workdir, recipe, straight.info.run_id), last_of(workdir, recipe, preempted.info.run_id)
     assert (a["epoch"], a["global_step"]) == (b["epoch"], b["global_step"])
     assert_same_training_state(a, b)
+
+
+def test_sigusr1_outside_training_stops_the_command_as_a_requeue_stop_under_slurm_only(monkeypatch):
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from recipes.run.slurm import requeue_signal_stops
+
+    before = signal.getsignal(signal.SIGUSR1)
+    for key, value in SLURM.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SIGTERMException) as stop, requeue_signal_stops():
+        os.kill(os.getpid(), signal.SIGUSR1)
+    assert stop.value.code == 128 + signal.SIGUSR1
+    assert signal.getsignal(signal.SIGUSR1) == before  # put back after the command
+    monkeypatch.setenv("SLURM_JOB_NAME", "bash")  # not a batch job: nothing installed
+    with requeue_signal_stops():
+        assert signal.getsignal(signal.SIGUSR1) == before
+
+
+def test_a_sweep_trial_never_resumes_the_job_s_run():
+    from recipes.run.recipes_cli import RecipesCLI
+    from recipes.sweep.trial_cli import TrialCLI
+
+    assert RecipesCLI.resumes_requeued_job(None) and not TrialCLI.resumes_requeued_job(None)

@@ -101,3 +101,24 @@ def test_a_sweep_whose_every_trial_fails_stops_after_n_trials_failures(workdir, 
 def test_a_negative_heartbeat_interval_is_one_line(workdir, capsys, value):
     assert sweep("--n_trials", "1", "--heartbeat_interval", value) == 2
     assert "--heartbeat_interval must be >= 0 seconds" in capsys.readouterr().err
+
+
+def test_a_retry_inherits_the_values_but_not_how_the_dead_trial_ended_or_whose_it_was(tmp_path):
+    """A retried trial must count as complete when it completes: it carries neither the dead trial's ``interrupted``
+    (a preempted trial's) nor its worker's pid and host, which would make it look dead or interrupted too."""
+    from recipes.sweep.heartbeat import MAX_RETRY, retry
+
+    study, rdb = a_study(tmp_path)
+    dead = a_trial_of_another_machine(study)
+    dead.set_user_attr("interrupted", True)
+    dead.set_user_attr("kept", "yes")
+    frozen = study.trials[0]
+    study.tell(dead, state=TrialState.FAIL)
+    retry(study, frozen)
+    waiting = study.trials[1]
+    assert waiting.state == TrialState.WAITING and waiting.params == frozen.params
+    assert waiting.user_attrs == {"kept": "yes"}
+    for _ in range(MAX_RETRY + 2):  # a trial whose values kill every worker is not retried forever
+        last = study.trials[-1]
+        retry(study, last)
+    assert len(study.trials) == 2 + MAX_RETRY - 1
