@@ -151,6 +151,7 @@ def run_recipe(args: list[str] | None) -> None:
     from lightning.pytorch.utilities.rank_zero import rank_zero_only  # noqa: PLC0415
 
     from recipes.callbacks.stop_evaluation_on_signal import EvaluationStopped  # noqa: PLC0415
+    from recipes.callbacks.stop_on_signal import SIGNAL_EXIT_CODES  # noqa: PLC0415
     from recipes.checkpoints.atomic_io import CheckpointDiskFull  # noqa: PLC0415
     from recipes.checkpoints.run_lock import release_run_locks  # noqa: PLC0415
     from recipes.run.errors import RecipeInputError  # noqa: PLC0415
@@ -177,8 +178,8 @@ def run_recipe(args: list[str] | None) -> None:
         print(stop.describe(), file=sys.stderr)
         raise SystemExit(stop.code) from None
     except SIGTERMException as stop:  # Lightning raises it without a code, which would exit 0
-        code = stop.code if isinstance(stop.code, int) and stop.code else 128 + 15
-        name = {128 + 2: "SIGINT", 128 + 10: "SIGUSR1"}.get(code, "SIGTERM")
+        code = stop.code if isinstance(stop.code, int) and stop.code else SIGNAL_EXIT_CODES["SIGTERM"]
+        name = next((sig for sig, exit_code in SIGNAL_EXIT_CODES.items() if exit_code == code), "SIGTERM")
         if rank_zero_only.rank == 0:  # under DDP every process stops; one says so
             print(f"recipes: stopped by {name} (run marked KILLED, last.ckpt saved)", file=sys.stderr)
             if name == "SIGUSR1":  # SLURM's pre-kill signal: the job comes back and resumes this run

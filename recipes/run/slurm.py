@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,8 @@ from typing import Any
 
 from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from recipes.callbacks.stop_on_signal import SIGNAL_EXIT_CODES
 
 JOB_TAG = "loopwise.slurm_job"
 
@@ -90,25 +93,18 @@ def requeue_signal_stops() -> Iterator[None]:
     command as a stop by that signal (``SIGTERMException``, exit 138, then the requeue), instead of the signal's
     default action (the process killed, nothing requeued); during training ``StopOnSignal`` handles it at a batch
     boundary. The previous handler is put back after the block."""
-    if not under_slurm() or threading_not_main():
+    if not under_slurm() or threading.current_thread() is not threading.main_thread():  # handlers: main thread only
         yield
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise SIGTERMException(128 + signal.SIGUSR1)
+        raise SIGTERMException(SIGNAL_EXIT_CODES["SIGUSR1"])
 
     previous = signal.signal(signal.SIGUSR1, stop)
     try:
         yield
     finally:
         signal.signal(signal.SIGUSR1, previous)
-
-
-def threading_not_main() -> bool:
-    """Signal handlers can only be set from the main thread."""
-    import threading  # noqa: PLC0415
-
-    return threading.current_thread() is not threading.main_thread()
 
 
 def requeued_checkpoint(tracking_uri: str, experiment: str, checkpoints_dir: str) -> str | None:

@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415
 
     from recipes.sweep.processes import follow, is_follower  # noqa: PLC0415
+    from recipes.callbacks.stop_on_signal import SIGNAL_EXIT_CODES  # noqa: PLC0415
     from recipes.run.slurm import requeue_signal_stops  # noqa: PLC0415
     from recipes.sweep.runner import run_sweep  # noqa: PLC0415
     from recipes.sweep.space import SweepSpaceError, as_cli_value, read_sweep_file  # noqa: PLC0415
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         code = stop.code if isinstance(stop.code, int) and stop.code else 130
         print(f"{PROG}: stopped (the current trial's run is KILLED; run the command again to continue the study)",
               file=sys.stderr)
-        if code == 128 + 10:  # SIGUSR1: SLURM's pre-kill signal; the requeued task continues the study
+        if code == SIGNAL_EXIT_CODES["SIGUSR1"]:  # SLURM's pre-kill signal; the requeued task continues the study
             from recipes.run.slurm import requeue  # noqa: PLC0415
 
             print(f"{PROG}: {requeue()}", file=sys.stderr)

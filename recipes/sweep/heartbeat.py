@@ -83,11 +83,15 @@ def retry(study: optuna.Study, trial: FrozenTrial) -> None:
         RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, inheritable(trial))
 
 
+def frozen_trial(study: optuna.Study, number: int) -> FrozenTrial:
+    """Trial ``number`` of ``study`` as stored now."""
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
 def retried_trial(study: optuna.Study, number: int) -> int | None:
     """The number of the trial that trial ``number`` retries (the first of the chain), ``None`` for a new one."""
-    frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
     with stable_enough():
-        return RetryFailedTrialCallback.retried_trial_number(frozen) if frozen is not None else None
+        return RetryFailedTrialCallback.retried_trial_number(frozen_trial(study, number))
 
 
 def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
@@ -102,11 +106,14 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
     return sorted(callback.failed)
 
 
-def first_beat(study: optuna.Study, storage: RDBStorage, number: int) -> None:
+def first_beat(study: optuna.Study, storage: RDBStorage, number: int) -> int | None:
     """Record trial ``number``'s first heartbeat now (right after ``ask``: a RUNNING trial without one is never
-    taken for stale); nothing without heartbeats."""
-    if storage.get_heartbeat_interval() is not None:
-        storage.record_heartbeat(trial_id_of(study, storage, number))
+    taken for stale); the storage's id of the trial, for ``beating``. Nothing without heartbeats (``None``)."""
+    if storage.get_heartbeat_interval() is None:
+        return None
+    trial_id = trial_id_of(study, storage, number)
+    storage.record_heartbeat(trial_id)
+    return trial_id
 
 
 def trial_id_of(study: optuna.Study, storage: RDBStorage, number: int) -> int:
@@ -123,14 +130,13 @@ def ask(study: optuna.Study) -> optuna.Trial:
 
 
 @contextmanager
-def beating(study: optuna.Study, storage: RDBStorage, number: int) -> Iterator[None]:
-    """Record trial ``number``'s heartbeat now and every interval until the block ends (nothing without them)."""
+def beating(storage: RDBStorage, trial_id: int, number: int) -> Iterator[None]:
+    """Record the heartbeat of trial ``number`` (storage id ``trial_id``, from ``first_beat``, which recorded the
+    first) every interval until the block ends (nothing without heartbeats)."""
     interval = storage.get_heartbeat_interval()
     if interval is None:
         yield
         return
-    trial_id = trial_id_of(study, storage, number)
-    storage.record_heartbeat(trial_id)
     stop = threading.Event()
 
     def beat() -> None:
@@ -150,5 +156,5 @@ def beating(study: optuna.Study, storage: RDBStorage, number: int) -> Iterator[N
 
 
 __all__ = ["GRACE_INTERVALS", "HEARTBEAT_S", "MAX_RETRY", "NOT_INHERITED", "RetryStaleTrial", "ask", "beating",
-           "fail_stale_trials", "first_beat", "heartbeat_storage", "inheritable", "retried_trial", "retry", "stable_enough",
-           "trial_id_of"]
+           "fail_stale_trials", "first_beat", "frozen_trial", "heartbeat_storage", "inheritable", "retried_trial",
+           "retry", "stable_enough", "trial_id_of"]

@@ -57,14 +57,14 @@ from recipes.sweep.study import (
 from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.tracking.pending_replay import replay_pending
 from recipes.sweep.processes import announce_trial
-from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, retried_trial, retry
+from recipes.callbacks.stop_on_signal import SIGNAL_EXIT_CODES
+from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, frozen_trial, retried_trial, retry
 from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker, record_abandoned
 from recipes.sweep.trial import ActiveTrial
 from recipes.sweep.trial_cli import run_trial
 from recipes.tracking.config import experiment_name, tracking_uri
 
 PROG = "recipes sweep"
-PREEMPTED = 128 + 10  # the exit code of a fit stopped by SIGUSR1, SLURM's pre-kill signal (StopOnSignal)
 MAX_TRIALS_FACTOR = 10  # a study stops starting trials after this many times --n_trials finished ones
 WAIT_INTERVALS = 6  # heartbeat intervals a worker waits for others' trials that may complete the study (or die)
 WAIT_S = 2.0  # between two looks at the study while the other workers' trials may complete it
@@ -223,8 +223,7 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
             if not (enough or busy):
                 trial = ask(study)
                 claim_trial(trial)  # before anything else can fail: its pid and first heartbeat say who runs it
-                if rdb is not None:
-                    first_beat(study, rdb, trial.number)
+                trial_id = first_beat(study, rdb, trial.number) if rdb is not None else None
         settle_dead_workers(client, parent, experiment, checkpoints_dir, dead)
         settle_stale_trials(client, study, experiment, stale)
         if enough:
@@ -250,14 +249,14 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
                              retry_of=retry_link(client, study, experiment, trial.number))
         announce_trial(active)
         try:
-            with beating(study, rdb, trial.number) if rdb is not None else nullcontext():
+            with beating(rdb, trial_id, trial.number) if rdb is not None and trial_id is not None else nullcontext():
                 state, reason = run_trial(fit_args, active)
         except (SIGTERMException, KeyboardInterrupt) as stop:
             with suppress(UpdateFinishedTrialError):  # failed meanwhile by another worker (its heartbeats late)
                 trial.set_user_attr("interrupted", True)
             study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-            if getattr(stop, "code", None) == PREEMPTED:  # SLURM's pre-kill signal: the trial's values run again
-                retry(study, next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number))
+            if getattr(stop, "code", None) == SIGNAL_EXIT_CODES["SIGUSR1"]:  # SLURM's pre-kill signal: run it again
+                retry(study, frozen_trial(study, trial.number))
             run_id = trial_run_id(client, experiment, name, trial.number)
             if run_id:
                 client.set_tag(run_id, "loopwise.sweep.failure", "interrupted")
@@ -290,7 +289,8 @@ def why_stop(done: dict[str, int], n_trials: int) -> str | None:
     return None
 
 
-def retry_link(client: MlflowClient, study: optuna.Study, experiment: str, number: int) -> tuple[int, str | None] | None:
+def retry_link(client: MlflowClient, study: optuna.Study, experiment: str,
+               number: int) -> tuple[int, str | None] | None:
     """For a trial that retries one whose worker died: (that trial's number, its MLflow run id or ``None``), said in
     one line; ``None`` for a new trial."""
     first = retried_trial(study, number)

@@ -8,11 +8,11 @@ without ending (``kill -9``, the OOM killer) leaves the parent RUNNING and its t
 * the parent is ended KILLED by the next command that opens the experiment on this host once no worker of it is
   alive (``recipes.tracking.abandoned_runs``; a worker of another host keeps it open, since it cannot be checked from here);
 * its trial is failed by the next worker of the study on this host (``fail_abandoned_trials``; on another host, by
-  its missing heartbeats, ``recipes.sweep.heartbeat``), as an interrupted trial, and queued again with the same values
-  (a WAITING trial the next ``ask`` takes): it does not count toward ``--n_trials`` (its number is kept in the study's user attribute
-  ``loopwise.abandoned_trials``); the trial's own MLflow run carries ``loopwise.pid`` and is ended KILLED like any
-  recipe run. A worker that is still running checks before every trial it starts and when it ends, so a worker
-  killed beside it costs no trial of the budget;
+  its missing heartbeats, ``recipes.sweep.heartbeat``), as an interrupted trial, and queued again with the same
+  values (a WAITING trial the next ``ask`` takes): it does not count toward ``--n_trials`` (its number is kept in the
+  study's user attribute ``loopwise.abandoned_trials``); the trial's own MLflow run carries ``loopwise.pid`` and is
+  ended KILLED like any recipe run. A worker that is still running checks before every trial it starts and when it
+  ends, so a worker killed beside it costs no trial of the budget;
 * its ``loopwise.worker/<host>/<pid>`` tag on the parent says ``died`` once a worker of this host has seen that its
   process is gone (``mark_dead_workers``).
 """

@@ -10,7 +10,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, retried_trial
+from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, retried_trial
 from recipes.sweep.study import open_study
 from recipes.sweep.workers import claim_trial
 from tests.conftest import runs_of
@@ -34,8 +34,7 @@ def a_trial_of_another_machine(study):
 def test_a_trial_whose_heartbeats_stop_is_failed_after_the_grace_period_and_retried_with_its_values(tmp_path):
     study, rdb = a_study(tmp_path)
     dead = a_trial_of_another_machine(study)
-    with beating(study, rdb, dead.number):  # the worker beats once, then dies (its thread with it)
-        pass
+    first_beat(study, rdb, dead.number)  # the worker beats once, then dies (its thread with it)
     beat = time.monotonic()
     assert fail_stale_trials(study, rdb) == []  # within the grace period (3 intervals)
     failed: list[int] = []
@@ -54,7 +53,7 @@ def test_a_trial_whose_heartbeats_stop_is_failed_after_the_grace_period_and_retr
 def test_a_trial_that_trains_longer_than_the_grace_period_keeps_beating(tmp_path):
     study, rdb = a_study(tmp_path)
     alive = a_trial_of_another_machine(study)
-    with beating(study, rdb, alive.number):
+    with beating(rdb, first_beat(study, rdb, alive.number), alive.number):
         time.sleep(4.5)
         assert fail_stale_trials(study, rdb) == []
     assert [t.state for t in study.get_trials()] == [TrialState.RUNNING]
@@ -63,7 +62,8 @@ def test_a_trial_that_trains_longer_than_the_grace_period_keeps_beating(tmp_path
 def test_no_heartbeat_interval_means_no_heartbeats(tmp_path):
     study, created, rdb = open_study(f"sqlite:///{tmp_path / 'optuna.db'}", "s", "maximize", "none", 0, None)
     trial = ask(study)
-    with beating(study, rdb, trial.number):
+    assert first_beat(study, rdb, trial.number) is None
+    with beating(rdb, 0, trial.number):
         pass
     assert rdb.get_heartbeat_interval() is None and fail_stale_trials(study, rdb) == []
 
