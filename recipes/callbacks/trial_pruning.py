@@ -19,6 +19,8 @@ class PrunedTrial(Protocol):
 
     def record(self, value: float) -> None: ...
 
+    def reported_before(self, epoch: int) -> list[tuple[int, float]]: ...
+
     def mark_pruned(self, where: str) -> None: ...
 
 
@@ -40,6 +42,24 @@ class TrialPruning(PyTorchLightningPruningCallback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.is_ddp_backend = trainer.world_size > 1
+        self.took_earlier_values = False
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.take_earlier_values(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.take_earlier_values(trainer)  # a checkpoint already at max_epochs: training never started
+
+    def take_earlier_values(self, trainer: pl.Trainer) -> None:
+        """A retry that trains on from a killed trial's checkpoint: that trial's values before the epoch training
+        resumes at (restored once training starts) are this trial's too; rank 0 reports them, once, so that the
+        pruner compares the whole run and the objective is the best over it."""
+        if self.took_earlier_values or not trainer.is_global_zero:
+            return
+        self.took_earlier_values = True
+        for epoch, value in self.active.reported_before(trainer.current_epoch):
+            self.active.record(value)
+            self.active.trial.report(value, step=epoch)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:

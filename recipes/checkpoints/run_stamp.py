@@ -60,6 +60,7 @@ def continue_stamped_run(
     ckpt_path: str,
     tracking_uri: str,
     checkpoints_dir: str | Path | None = None,
+    new_run: bool = False,
 ) -> ConfigChanges:
     """``fit --ckpt_path``: the changes of the ``RecipeLogger`` config ``logger_config`` (keys relative to it, e.g.
     ``init_args.run_id``; ``logger_config`` itself is not changed) that attach it to the MLflow run stamped in the
@@ -69,7 +70,8 @@ def continue_stamped_run(
     tracking store (then a new run starts, with a warning). A run ``recipes sync`` recreated under a new id is found
     by its old one. A checkpoint older than the run's newest one (its tag, or the run's journal under
     ``checkpoints_dir`` when the store missed the tag's last writes) starts a new run linked to it (module
-    docstring).
+    docstring); so does any checkpoint when ``new_run`` (a sweep's retry of a killed trial: the retry is a trial, and
+    a run, of its own).
     """
     if logger_config.get("init_args", Namespace()).get("run_id"):
         return {}
@@ -96,14 +98,15 @@ def continue_stamped_run(
     step = stamp.get("step", "")
     known = [run.data.tags.get(CHECKPOINT_STEP_TAG, ""), journaled_checkpoint_step(checkpoints_dir, name, run_id)]
     newest = max((int(k) for k in known if k.isdigit()), default=None)
-    if step.isdigit() and newest is not None and int(step) < newest:
+    older = step.isdigit() and newest is not None and int(step) < newest
+    if step.isdigit() and (older or new_run):
         tags = {**(logger_config.get("init_args.tags") or {}), RESUMED_FROM_TAG: found, RESUMED_FROM_STEP_TAG: step}
         changes["init_args.tags"] = tags
         if rank_zero_only.rank == 0:
+            where = f", which went on to step {newest}" if older else ""
             print(
-                f"recipes: {ckpt_path} is from step {step} of run {found}, which went on to step {newest}: "
-                f"training continues in a new run linked to it ({RESUMED_FROM_TAG}), whose history before step "
-                f"{step} is the old run's",
+                f"recipes: {ckpt_path} is from step {step} of run {found}{where}: training continues in a new run "
+                f"linked to it ({RESUMED_FROM_TAG}), whose history before step {step} is the old run's",
                 flush=True,
             )
         return changes

@@ -184,7 +184,8 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
             logger = recipe_logger_config(cfg)
             if self.config.get("subcommand") == "fit" and logger is not None:
                 stamp, path = self.checkpoint.stamp, self.checkpoint.path
-                continued = continue_stamped_run(logger, stamp, path, tracking_uri(cfg), cfg.get("checkpoints_dir"))
+                continued = continue_stamped_run(logger, stamp, path, tracking_uri(cfg), cfg.get("checkpoints_dir"),
+                                                 new_run=self.resumes_in_new_run())
                 self.apply_to_config(logger, continued)
                 self.lock_resumed_run(cfg)
 
@@ -352,6 +353,12 @@ class RecipesCLI(ConfigDumpWithInitArgs, SubcommandErrorHook, LightningCLI):
         """Whether a ``fit`` without ``--ckpt_path`` in a requeued SLURM job resumes the run that job's signal stopped
         (``recipes.run.slurm.requeued_checkpoint``). Yes here; a sweep's trial starts its own run."""
         return True
+
+    def resumes_in_new_run(self) -> bool:
+        """Whether a ``fit --ckpt_path`` trains on in a new run linked to the checkpoint's (its history before the
+        checkpoint's step copied; ``recipes.checkpoints.run_stamp``) rather than continue that run. No here (a resume
+        is the same run); a sweep's retry of a killed trial is a run of its own."""
+        return False
 
     def extra_callbacks(self) -> list[Callback]:
         """Callbacks this command adds to the recipe's table when the trainer is built (``self.subcommand`` is set);

@@ -9,7 +9,8 @@ the trial trains (``beating``).
 
 A stale trial (and a trial of a dead process of this host, ``recipes.sweep.workers``) is retried by Optuna's
 ``RetryHeartbeatStaleTrialCallback``: a new WAITING trial with the same values, which the next ``ask`` of any worker
-takes first; ``retried_trial`` names the trial it repeats.
+takes first; ``retried_trial`` names the first trial of the chain it repeats, ``repeated_trial`` the one right
+before it, whose MLflow run and last checkpoint the retry trains on from (``recipes.sweep.runner.retry_link``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import optuna
-from optuna.storages import RDBStorage, RetryFailedTrialCallback, RetryHeartbeatStaleTrialCallback
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from recipes.tracking.abandoned_runs import HOST_TAG, PID_TAG
@@ -91,7 +92,15 @@ def frozen_trial(study: optuna.Study, number: int) -> FrozenTrial:
 def retried_trial(study: optuna.Study, number: int) -> int | None:
     """The number of the trial that trial ``number`` retries (the first of the chain), ``None`` for a new one."""
     with stable_enough():
-        return RetryFailedTrialCallback.retried_trial_number(frozen_trial(study, number))
+        return RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen_trial(study, number))
+
+
+def repeated_trial(study: optuna.Study, number: int) -> int | None:
+    """The number of the trial that trial ``number`` repeats (the last one of its chain of retries: the one whose
+    run and checkpoint it trains on from), ``None`` for a new one."""
+    with stable_enough():
+        history = RetryHeartbeatStaleTrialCallback.retry_history(frozen_trial(study, number))
+    return history[-1] if history else None
 
 
 def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
@@ -156,5 +165,5 @@ def beating(storage: RDBStorage, trial_id: int, number: int) -> Iterator[None]:
 
 
 __all__ = ["GRACE_INTERVALS", "HEARTBEAT_S", "MAX_RETRY", "NOT_INHERITED", "RetryStaleTrial", "ask", "beating",
-           "fail_stale_trials", "first_beat", "frozen_trial", "heartbeat_storage", "inheritable", "retried_trial",
-           "retry", "stable_enough", "trial_id_of"]
+           "fail_stale_trials", "first_beat", "frozen_trial", "heartbeat_storage", "inheritable", "repeated_trial",
+           "retried_trial", "retry", "stable_enough", "trial_id_of"]

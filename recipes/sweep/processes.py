@@ -19,7 +19,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from recipes.sweep.trial import ActiveTrial
+from recipes.sweep.trial import ActiveTrial, RetryOf
 from recipes.sweep.trial_cli import run_trial
 
 TRIAL_ENV = "LOOPWISE_SWEEP_TRIAL"
@@ -31,8 +31,11 @@ def is_follower() -> bool:
 
 
 def describe(active: ActiveTrial) -> dict[str, Any]:
+    retry = active.retry_of
     return {"number": active.number, "study": active.study_name, "parent": active.parent_run_id,
-            "metric": active.metric, "direction": active.direction, "params": active.params}
+            "metric": active.metric, "direction": active.direction, "params": active.params,
+            # a retry's checkpoint: every process resumes from it (the values it reported are rank 0's business)
+            "retry_of": None if retry is None else [retry.number, retry.run_id, retry.checkpoint]}
 
 
 def announce_trial(active: ActiveTrial | None) -> None:
@@ -56,8 +59,9 @@ def next_trial(first: bool) -> ActiveTrial | None:
         message = None
     if message is None:
         return None
+    retry = message.get("retry_of")
     return ActiveTrial(None, message["number"], message["study"], message["parent"], message["metric"],
-                       message["direction"], message["params"])
+                       message["direction"], message["params"], retry_of=None if retry is None else RetryOf(*retry))
 
 
 def follow(fit_args: list[str]) -> int:

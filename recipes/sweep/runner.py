@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -58,11 +59,12 @@ from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.tracking.pending_replay import replay_pending
 from recipes.sweep.processes import announce_trial
 from recipes.callbacks.stop_on_signal import SIGNAL_EXIT_CODES
-from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, frozen_trial, retried_trial, retry
+from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, frozen_trial, repeated_trial, retry
 from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker, record_abandoned
-from recipes.sweep.trial import ActiveTrial
+from recipes.sweep.trial import ActiveTrial, RetryOf
 from recipes.sweep.trial_cli import run_trial
 from recipes.tracking.config import experiment_name, tracking_uri
+from recipes.tracking.logger import CHECKPOINT_ARTIFACT_DIR
 
 PROG = "recipes sweep"
 MAX_TRIALS_FACTOR = 10  # a study stops starting trials after this many times --n_trials finished ones
@@ -142,7 +144,8 @@ def run_sweep(options: Namespace, fit_args: list[str], sweep: SweepFile, cfg: Na
             stale = fail_stale_trials_of_dead_workers(study, rdb)
         settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True)
         settle_stale_trials(client, study, experiment, stale)
-        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, checkpoints_dir, rdb)
+        run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, checkpoints_dir, rdb,
+                   cfg.get("trainer.max_epochs"))
     except KeyboardInterrupt as stop:  # Ctrl+C between trials
         close_parent(client, study, storage, parent, "KILLED", experiment, checkpoints_dir)
         raise SIGTERMException() from stop
@@ -199,12 +202,14 @@ def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent
 
 def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study: optuna.Study,
                client: MlflowClient, parent: str, experiment: str, metric: str, checkpoints_dir: str = "checkpoints",
-               rdb: RDBStorage | None = None) -> None:
+               rdb: RDBStorage | None = None, max_epochs: int | None = None) -> None:
     """Ask, run and tell trials until the study has ``options.n_trials`` COMPLETE trials (or ``options.timeout``
     passes, or as many trials failed): pruned, failed and interrupted trials do not count, and a trial whose worker
     died (on this host: its process is gone; on any host: its heartbeats stopped) is failed and retried first
     (``settle_dead_workers``, ``settle_stale_trials``). While the other workers' running trials would complete the
-    study, this worker waits for them rather than start one too many, and takes over if one of them fails."""
+    study, this worker waits for them rather than start one too many, and takes over if one of them fails. A retry
+    trains on from the killed trial's last checkpoint (``retry_link``) unless that is already ``max_epochs`` (the
+    fit's ``trainer.max_epochs``, or the trial's swept value) into training."""
     name, direction = study.study_name, study.direction.name.lower()
     started = time.monotonic()
     storage = options.storage or default_storage()
@@ -246,7 +251,8 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
         waited_since = None
         params = {d.key: d.suggest(trial) for d in sweep.dimensions}
         active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params,
-                             retry_of=retry_link(client, study, experiment, trial.number))
+                             retry_of=retry_link(client, study, experiment, trial.number, checkpoints_dir,
+                                                 params.get("trainer.max_epochs", max_epochs)))
         announce_trial(active)
         try:
             with beating(rdb, trial_id, trial.number) if rdb is not None and trial_id is not None else nullcontext():
@@ -289,17 +295,42 @@ def why_stop(done: dict[str, int], n_trials: int) -> str | None:
     return None
 
 
-def retry_link(client: MlflowClient, study: optuna.Study, experiment: str,
-               number: int) -> tuple[int, str | None] | None:
-    """For a trial that retries one whose worker died: (that trial's number, its MLflow run id or ``None``), said in
-    one line; ``None`` for a new trial."""
-    first = retried_trial(study, number)
-    if first is None:
+def retry_link(client: MlflowClient, study: optuna.Study, experiment: str, number: int,
+               checkpoints_dir: str = "checkpoints", max_epochs: int | None = None) -> RetryOf | None:
+    """For a trial that retries one whose worker died (or was preempted): that trial (the one right before in a chain
+    of retries), its MLflow run, the last checkpoint it left (``last_checkpoint_of``) and the values it reported, said
+    in one line; ``None`` for a new trial."""
+    killed = repeated_trial(study, number)
+    if killed is None:
         return None
-    run_id = trial_run_id(client, experiment, study.study_name, first)
-    say(f"trial {number} retries trial {first} (its worker died) with the same values"
-        + (f"; the killed trial's run: {run_id}" if run_id else ""))
-    return first, run_id
+    run_id = trial_run_id(client, experiment, study.study_name, killed)
+    checkpoint, why_not = (last_checkpoint_of(client, run_id, experiment, checkpoints_dir, max_epochs) if run_id
+                           else (None, "the killed trial left no run"))
+    reported = {int(step): float(value) for step, value in frozen_trial(study, killed).intermediate_values.items()}
+    say(f"trial {number} retries trial {killed} (its worker died) with the same values"
+        + (f"; the killed trial's run: {run_id}" if run_id else "")
+        + (f"; it trains on from that run's last checkpoint ({checkpoint})" if checkpoint
+           else f"; from the start ({why_not})"))
+    return RetryOf(killed, run_id, checkpoint, reported)
+
+
+def last_checkpoint_of(client: MlflowClient, run_id: str, experiment: str, checkpoints_dir: str,
+                       max_epochs: int | None = None) -> tuple[str | None, str]:
+    """(``run:<run id>/last``, "") when run ``run_id`` left a ``last.ckpt`` a retry can train on from: in this
+    machine's checkpoint folder, unless it is already ``max_epochs`` into training (the sweep's command now trains
+    fewer epochs than the killed trial did: the retry starts over within the command's budget), or uploaded to the
+    store (another host's worker died); else (``None``, why not)."""
+    local = Path(checkpoints_dir) / experiment / run_id / "last.ckpt"
+    if local.is_file():
+        with suppress(Exception):  # unreadable here: the fit's own check of the checkpoint says what is wrong
+            epoch = int(torch.load(local, map_location="cpu", weights_only=True, mmap=True)["epoch"])
+            if max_epochs is not None and max_epochs >= 0 and epoch >= max_epochs:
+                return None, f"its last checkpoint is from epoch {epoch}, the command trains {max_epochs} epochs"
+        return f"run:{run_id}/last", ""
+    with suppress(Exception):  # an artifact store out of reach: the retry starts from scratch, as without one
+        if any(Path(a.path).name == "last.ckpt" for a in client.list_artifacts(run_id, CHECKPOINT_ARTIFACT_DIR)):
+            return f"run:{run_id}/last", ""
+    return None, "the killed trial left no checkpoint"
 
 
 def fail_stale_trials_of_dead_workers(study: optuna.Study, rdb: RDBStorage) -> list[int]:
@@ -350,5 +381,5 @@ def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial,
         say(f"trial {trial.number}: failed: {reason}")
 
 
-__all__ = ["close_parent", "record_trial", "retry_link", "run_sweep", "run_trials", "settle_dead_workers",
+__all__ = ["close_parent", "last_checkpoint_of", "record_trial", "retry_link", "run_sweep", "run_trials", "settle_dead_workers",
            "settle_stale_trials", "fail_stale_trials_of_dead_workers", "trial_run_id", "why_stop", "write_best_config"]

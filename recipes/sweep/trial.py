@@ -20,6 +20,22 @@ from recipes.sweep.space import as_cli_value
 PARAM_PREFIX = "sweep."
 
 
+@dataclass(frozen=True)
+class RetryOf:
+    """The killed trial a retry repeats (its worker died, or SLURM preempted it) and what the retry takes from it."""
+
+    #: the number of the trial that was killed (the one right before this retry, in a chain of retries)
+    number: int
+    #: its MLflow run, ``None`` when it died before it had one
+    run_id: str | None = None
+    #: ``--ckpt_path`` of its last checkpoint (``run:<run id>/last``), ``None`` when it left none: the retry
+    #: trains on from there, in a run of its own linked to the killed one
+    checkpoint: str | None = None
+    #: the objective's values the killed trial reported, by epoch: those before the checkpoint's epoch are the
+    #: retry's own too (its objective, and what the pruner compares)
+    reported: dict[int, float] = field(default_factory=dict)
+
+
 @dataclass
 class ActiveTrial:
     """The trial a recipe fit is running for.
@@ -38,12 +54,19 @@ class ActiveTrial:
     values: list[float] = field(default_factory=list)
     #: set when the trial was pruned: "epoch 3: val/acc 0.71"
     pruned_at: str | None = None
-    #: for a retry of a trial whose worker died: (that trial's number, its MLflow run id or None)
-    retry_of: tuple[int, str | None] | None = None
+    #: for a retry of a trial whose worker died or was preempted: that trial, its run and last checkpoint
+    retry_of: RetryOf | None = None
 
     def record(self, value: float) -> None:
         """Keep the objective metric of one more validation (rank 0)."""
         self.values.append(value)
+
+    def reported_before(self, epoch: int) -> list[tuple[int, float]]:
+        """(epoch, value) of the killed trial this one retries, for the epochs before ``epoch`` (where the retry's
+        training starts, from that trial's checkpoint); none for a new trial or a retry from scratch."""
+        if self.retry_of is None or self.retry_of.checkpoint is None:
+            return []
+        return sorted((step, value) for step, value in self.retry_of.reported.items() if step < epoch)
 
     def mark_pruned(self, where: str) -> None:
         """The pruner stopped the trial after a validation; ``where`` says which (``"epoch 3: val/acc 0.71"``)."""
@@ -81,10 +104,10 @@ class ActiveTrial:
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         if self.retry_of is not None:  # the killed trial this one repeats, and its run
-            tags["loopwise.sweep.retry_of_trial"] = str(self.retry_of[0])
-            if self.retry_of[1]:
-                tags["loopwise.sweep.retry_of_run"] = self.retry_of[1]
+            tags["loopwise.sweep.retry_of_trial"] = str(self.retry_of.number)
+            if self.retry_of.run_id:
+                tags["loopwise.sweep.retry_of_run"] = self.retry_of.run_id
         return tags
 
 
-__all__ = ["ActiveTrial"]
+__all__ = ["ActiveTrial", "RetryOf"]

@@ -47,6 +47,11 @@ class TrialCLI(RecipesCLI):
         """No: a trial in a requeued SLURM job is a trial of its own (the study queued the stopped one again)."""
         return False
 
+    def resumes_in_new_run(self) -> bool:
+        """A retry of a killed trial trains on from that trial's last checkpoint in a run of its own (the retry's
+        trial number and tags), linked to the killed run and holding its history before the checkpoint."""
+        return self.trial.retry_of is not None
+
     def extra_callbacks(self) -> list[Callback]:
         """The trial's ``TrialPruning`` callback, in its fit."""
         return [TrialPruning(self.trial)] if self.subcommand == "fit" else []
@@ -60,9 +65,12 @@ class TrialCLI(RecipesCLI):
 
 
 def trial_arguments(fit_args: list[str], active: ActiveTrial) -> list[str]:
-    """The trial's ``recipes fit`` arguments: the sweep's, its run name, its sampled values."""
+    """The trial's ``recipes fit`` arguments: the sweep's, its run name, its sampled values; for a retry of a killed
+    trial that left a checkpoint, that checkpoint (``--ckpt_path run:<run id>/last``)."""
+    resume = active.retry_of.checkpoint if active.retry_of is not None else None
     return ["fit", *fit_args, f"--trainer.logger.init_args.run_name={active.run_name}",
-            *[f"--{key}={as_cli_value(value)}" for key, value in active.params.items()]]
+            *[f"--{key}={as_cli_value(value)}" for key, value in active.params.items()],
+            *([f"--ckpt_path={resume}"] if resume else [])]
 
 
 def run_trial(fit_args: list[str], active: ActiveTrial) -> tuple[TrialState, str | None]:

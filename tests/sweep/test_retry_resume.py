@@ -1,0 +1,159 @@
+"""Issue 58: a sweep trial whose worker was killed is retried from the last checkpoint it left, not from scratch.
+
+The retry is a new Optuna trial (Optuna's retry semantics: same values, ``retried_trial_number``) with an MLflow run of
+its own, linked to the killed one (``loopwise.sweep.retry_of_*``, ``loopwise.resumed_from_*``), holding the killed
+run's history before the checkpoint; it trains on from that checkpoint exactly, and its objective and pruning see the
+values the killed trial reported before it.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+
+import pytest
+import torch
+from optuna.trial import TrialState
+
+from recipes.cli import main
+from recipes.sweep.heartbeat import repeated_trial, retried_trial
+from recipes.sweep.space import as_cli_value
+from recipes.sweep.trial import ActiveTrial, RetryOf
+from recipes.sweep.trial_cli import trial_arguments
+from recipes.tracking.journal import JOURNAL_NAME, read_journal
+from recipes.sweep.runner import last_checkpoint_of
+from recipes.sweep.trial_cli import TrialCLI
+from tests.checkpoints.test_slurm_requeue import SLURM, SigusrAtStep, scontrol  # noqa: F401 - the fixture
+from tests.conftest import SPIRAL, mlflow_client, runs_of
+from tests.exact_resume_runs import assert_same_training_state, last_of
+from tests.sweep.test_sweep_endings import start_sweep
+from tests.sweep_runs import SHORT, study_of, sweep
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+EPOCHS = "20"
+
+
+def checkpointed_after_a_validation(workdir) -> bool:
+    """Whether the worker's trial has saved a checkpoint past its first epoch (its journal says so)."""
+    journals = list((workdir / "checkpoints" / "spiral_mlp").glob(f"*/{JOURNAL_NAME}"))
+    return bool(journals) and any(
+        e["kind"] == "tags" and int(e["values"].get("loopwise.checkpoint_step", 0) or 0) > 0
+        for e in read_journal(journals[0])
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_trial_is_retried_from_its_last_checkpoint_and_ends_as_if_never_killed(workdir, capsys):
+    dead = start_sweep(workdir, "--n_trials", "1", "--trainer.max_epochs", EPOCHS)
+    deadline = time.monotonic() + 180
+    while not checkpointed_after_a_validation(workdir):
+        assert dead.poll() is None, dead.communicate()
+        assert time.monotonic() < deadline, "the trial saved no checkpoint after a validation"
+        time.sleep(0.05)
+    dead.kill()  # kill -9, in the middle of its training
+    dead.wait(timeout=60)
+
+    # the same command again, on this host: trial 0's worker is gone, trial 1 repeats it from its last.ckpt
+    assert sweep("--n_trials", "1", "--trainer.max_epochs", EPOCHS, "--torch_threads", "1") == 0
+    study = study_of(workdir)
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert retried_trial(study, 1) == 0 and repeated_trial(study, 1) == 0
+    killed_trial, retry = study.trials
+    runs = {int(r.data.tags["loopwise.sweep.trial"]): r for r in runs_of(workdir, "spiral_mlp")
+            if r.data.tags.get("loopwise.stage") == "fit"}
+    killed_run, retry_run = runs[0].info.run_id, runs[1].info.run_id
+    out = capsys.readouterr().out
+    assert (f"trial 1 retries trial 0 (its worker died) with the same values; the killed trial's run: {killed_run}; "
+            f"it trains on from that run's last checkpoint (run:{killed_run}/last)") in out
+    tags = runs[1].data.tags
+    assert tags["loopwise.sweep.retry_of_run"] == killed_run and tags["loopwise.resumed_from_run"] == killed_run
+    resumed_at = int(tags["loopwise.resumed_from_step"])
+    assert resumed_at > 0 and runs[0].info.status == "KILLED" and runs[1].info.status == "FINISHED"
+
+    # the uninterrupted run of the same values: the retry ends exactly there, with the same validation curve
+    straight, last = straight_fit(workdir, retry.params, "--trainer.max_epochs", EPOCHS)
+    assert_same_training_state(last, last_of(workdir, "spiral_mlp", retry_run))
+    client = mlflow_client(workdir)
+    curve = {run_id: [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, "val/acc"),
+                                                        key=lambda m: m.step)]
+             for run_id in (straight.info.run_id, retry_run)}
+    assert len(curve[retry_run]) == int(EPOCHS) and curve[retry_run] == curve[straight.info.run_id]
+
+    # the objective is the best over the whole trajectory: the killed trial's values before the checkpoint count
+    assert killed_trial.intermediate_values  # it reported validations before it was killed
+    assert sorted(retry.intermediate_values) == list(range(int(EPOCHS)))
+    for epoch, value in killed_trial.intermediate_values.items():
+        assert math.isclose(retry.intermediate_values[epoch], value, rel_tol=1e-6)
+    assert retry.value == max(value for _, value in curve[straight.info.run_id])
+
+
+def test_a_retry_resumes_from_the_killed_trials_checkpoint_and_takes_its_earlier_values():
+    """Unit: the retry's fit arguments name the killed run's last checkpoint; the values it reported before the
+    epoch training resumes at are the retry's (none when it starts from scratch)."""
+    retry = RetryOf(3, "abc", "run:abc/last", {0: 0.5, 1: 0.7, 2: 0.6})
+    active = ActiveTrial(None, 5, "s", None, "val/acc", "maximize", {"data.init_args.batch_size": 64}, retry_of=retry)
+    assert trial_arguments(["-c", "x.yaml"], active)[-2:] == ["--data.init_args.batch_size=64",
+                                                              "--ckpt_path=run:abc/last"]
+    assert active.reported_before(2) == [(0, 0.5), (1, 0.7)]
+    assert active.tags()["loopwise.sweep.retry_of_trial"] == "3"
+    scratch = ActiveTrial(None, 5, "s", None, "val/acc", "maximize", {}, retry_of=RetryOf(3, "abc", None, {0: 0.5}))
+    assert scratch.reported_before(2) == [] and not any(a.startswith("--ckpt_path") for a in
+                                                        trial_arguments([], scratch))
+
+
+def straight_fit(workdir, params: dict, *extra: str) -> tuple:
+    """The uninterrupted fit of a trial's values (a plain ``recipes fit``): its run and last checkpoint."""
+    values = [f"--{key}={as_cli_value(value)}" for key, value in params.items()]
+    main(["fit", "-c", str(SPIRAL), *SHORT, "--torch_threads", "1", *extra, *values])
+    [straight] = [r for r in runs_of(workdir, "spiral_mlp") if "loopwise.sweep.trial" not in r.data.tags
+                  and r.data.tags.get("loopwise.stage") == "fit"]
+    return straight, last_of(workdir, "spiral_mlp", straight.info.run_id)
+
+
+@pytest.mark.slow
+def test_a_preempted_sweep_is_requeued_and_its_trial_trains_on_from_the_signal_s_checkpoint(
+        workdir, monkeypatch, scontrol, capsys):
+    """Under SLURM the pre-kill signal (SIGUSR1) in the middle of a trial's epoch: the trial saves last.ckpt, is
+    failed and queued again, the job requeued; the requeued job's sweep (the same command) trains the retry on from
+    that mid-epoch checkpoint to the weights of an uninterrupted fit, bit for bit."""
+    for key, value in SLURM.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    real = TrialCLI.extra_callbacks
+    monkeypatch.setattr(TrialCLI, "extra_callbacks",
+                        lambda self: [*real(self), *([SigusrAtStep(8)] if self.trial.number == 0 else [])])
+    assert sweep("--n_trials", "1", "--torch_threads", "1") == 128 + signal.SIGUSR1
+    assert scontrol.read_text().split() == ["requeue", "4242"]
+    study = study_of(workdir)
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.WAITING]
+    [killed] = [r for r in runs_of(workdir, "spiral_mlp") if r.data.tags.get("loopwise.stage") == "fit"]
+    assert last_of(workdir, "spiral_mlp", killed.info.run_id)["global_step"] == 8  # in epoch 1 of 3
+
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the requeued job runs the same command
+    capsys.readouterr()
+    assert sweep("--n_trials", "1", "--torch_threads", "1") == 0
+    assert f"it trains on from that run's last checkpoint (run:{killed.info.run_id}/last)" in capsys.readouterr().out
+    study = study_of(workdir)
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    retry_run = next(r for r in runs_of(workdir, "spiral_mlp") if r.data.tags.get("loopwise.sweep.trial") == "1")
+    assert retry_run.data.tags["loopwise.resumed_from_step"] == "8"
+    for key in SLURM:
+        monkeypatch.delenv(key)
+    _, last = straight_fit(workdir, study.trials[1].params)
+    assert_same_training_state(last, last_of(workdir, "spiral_mlp", retry_run.info.run_id))
+
+
+def test_a_retry_starts_over_when_the_killed_checkpoint_is_past_the_commands_epochs(tmp_path):
+    """The sweep's command now trains fewer epochs than the killed trial had (a re-run with a smaller
+    ``--trainer.max_epochs``): Lightning cannot go on from there, so the retry starts over within the budget."""
+    folder = tmp_path / "checkpoints" / "exp" / "run1"
+    folder.mkdir(parents=True)
+    torch.save({"epoch": 4, "global_step": 40}, folder / "last.ckpt")
+    where = str(tmp_path / "checkpoints")
+    client = None  # a local checkpoint is decided without the store
+    assert last_checkpoint_of(client, "run1", "exp", where, max_epochs=10) == ("run:run1/last", "")
+    assert last_checkpoint_of(client, "run1", "exp", where, max_epochs=None) == ("run:run1/last", "")
+    assert last_checkpoint_of(client, "run1", "exp", where, max_epochs=4) == (
+        None, "its last checkpoint is from epoch 4, the command trains 4 epochs")
