@@ -17,7 +17,9 @@ The worker tags the parent run as one of its workers (``recipes.sweep.workers``)
 beside it left (``settle_dead_workers``) is settled when this one starts, before each trial it starts and when it
 ends: the dead worker's RUNNING trial is failed in Optuna (it does not use the ``--n_trials`` budget), its run gets
 the values its journal holds and ends KILLED (``replay_pending``: no ``recipes sync`` needed), and the parent's
-counts (``trials_*``) are written again from the study when this worker ends, so they are Optuna's.
+counts (``trials_*``) are written again from the study when this worker ends, so they are Optuna's. The failed
+trial is queued again with its values; its retry trains on from the killed run's ``last.ckpt`` in a run of its own
+(``retry_link``).
 """
 
 from __future__ import annotations
