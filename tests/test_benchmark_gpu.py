@@ -72,3 +72,22 @@ def test_profile_writes_host_time_per_hook_and_the_self_cpu_table(gpu, capsys, t
         hooks = {h["hook"]: h for h in data[loop]["hooks_ms_per_step"]}
         assert hooks["run_training_batch"]["calls"] == 1.0 and hooks["run_training_batch"]["ms"] > 0
         assert data[loop]["steps"] == 6 and data[loop]["host_ms_per_step"] >= hooks["run_training_batch"]["ms"]
+
+
+@pytest.mark.parametrize("network", ["resnet18", "vit_s"])
+def test_the_transformers_networks_run_in_every_loop_with_the_recipes_model(gpu, capsys, tmp_path, network):
+    """Issue 58, point 4: the hand-written loop, bare Lightning and the recipe train the same Hugging Face network
+    (built here with random weights, loaded by ``HFImageClassifier`` from its saved folder) on the same data."""
+    out_json = tmp_path / "gpu.json"
+    assert gpu.main(["--device", "cpu", "--steps", "small", "--network", network, "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert f"{network} (transformers, random weights: " in out and "3x32x32" in out
+    assert "recipe / raw = " in out and "recipe / lightning = " in out
+    data = json.loads(out_json.read_text())
+    assert data["network"] == network and min(data["images_per_s"]["fp32"].values()) > 0
+    size = gpu.sizes(True, network)
+    gpu.save_hf_network(size, tmp_path / "net")
+    from lightning_modules.models import HFImageClassifier
+
+    assert isinstance(gpu.build_network(size), HFImageClassifier)
+    assert f"name_or_path: \"{tmp_path / 'net'}\"" in gpu.network_config(size)
