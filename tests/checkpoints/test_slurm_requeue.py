@@ -114,3 +114,57 @@ def test_a_sweep_trial_never_resumes_the_job_s_run():
     from recipes.sweep.trial_cli import TrialCLI
 
     assert RecipesCLI.resumes_requeued_job(None) and not TrialCLI.resumes_requeued_job(None)
+
+
+def srun_pair(directory, *args: str, restart: int | None = None) -> list:
+    """What ``srun`` does for a 2-task job step on one node: the same ``recipes fit`` started twice, each process with
+    its task's SLURM variables (``SLURM_PROCID`` 0 and 1), 2 CPU processes of DDP (gloo) that Lightning's
+    ``SLURMEnvironment`` joins, as it does under a real srun; (returncode, stdout, stderr) per rank."""
+    import subprocess
+    import sys
+
+    from tests.conftest import CONFIGS, DDP, free_port, recipes_env
+
+    env = {**recipes_env(), **SLURM, "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "MASTER_PORT": str(free_port()),
+           "OMP_NUM_THREADS": "1"}
+    env.pop("SLURM_RESTART_COUNT", None)
+    if restart is not None:
+        env["SLURM_RESTART_COUNT"] = str(restart)
+    command = [sys.executable, "-m", "recipes", "fit", "-c", str(CONFIGS / "spiral_mlp.yaml"), "-c", str(DDP),
+               "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.max_epochs", "2",
+               "--mlflow_model", "false", "--system_metrics_interval", "0", "--torch_threads", "1", *args]
+    ranks = [subprocess.Popen(command, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**env, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)}) for rank in (0, 1)]
+    out = []
+    for process in ranks:
+        stdout, stderr = process.communicate(timeout=420)
+        out.append((process.returncode, stdout, stderr))
+    return out
+
+
+@pytest.mark.slow
+def test_sigusr1_to_both_ranks_of_a_ddp_job_stops_them_together_requeues_once_and_resumes_exactly(
+        workdir, monkeypatch, scontrol):
+    """Issue 58: SLURM signals every task of the job step. Both DDP ranks get SIGUSR1 after step 4 (epoch 0 of 2,
+    11 steps an epoch per rank); they agree to stop after the same batch, rank 0 saves last.ckpt and marks the run
+    KILLED, both exit 138, and the job is requeued once. The requeued step (``SLURM_RESTART_COUNT=1``, the same
+    command) resumes the same run to the weights of an uninterrupted 2-rank run, bit for bit."""
+    import json
+
+    stop = {"class_path": "tests.checkpoints.test_slurm_requeue.SigusrAtStep", "init_args": {"step": 4}}
+    straight = srun_pair(workdir)
+    assert [rc for rc, _, _ in straight] == [0, 0], straight[0][2][-3000:] + straight[1][2][-3000:]
+    stopped = srun_pair(workdir, f"--trainer.callbacks+={json.dumps(stop)}")
+    assert [rc for rc, _, _ in stopped] == [128 + signal.SIGUSR1] * 2, stopped[0][2][-3000:] + stopped[1][2][-3000:]
+    assert "recipes: requeued SLURM job 4242" in stopped[0][2] and "requeued" not in stopped[1][2]
+    assert scontrol.read_text().split() == ["requeue", "4242"]  # once, by rank 0
+    first, preempted = runs_of(workdir, "spiral_mlp")
+    assert preempted.info.status == "KILLED"
+    assert last_of(workdir, "spiral_mlp", preempted.info.run_id)["global_step"] == 4
+    resumed = srun_pair(workdir, restart=1)
+    assert [rc for rc, _, _ in resumed] == [0, 0], resumed[0][2][-3000:] + resumed[1][2][-3000:]
+    assert f"resuming run {preempted.info.run_id} from its last.ckpt" in resumed[0][2]
+    runs = runs_of(workdir, "spiral_mlp")
+    assert len(runs) == 2 and runs[1].info.status == "FINISHED"
+    assert_same_training_state(last_of(workdir, "spiral_mlp", first.info.run_id),
+                               last_of(workdir, "spiral_mlp", preempted.info.run_id))
