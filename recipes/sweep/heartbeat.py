@@ -95,12 +95,17 @@ def retried_trial(study: optuna.Study, number: int) -> int | None:
         return RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen_trial(study, number))
 
 
-def repeated_trial(study: optuna.Study, number: int) -> int | None:
-    """The number of the trial that trial ``number`` repeats (the last one of its chain of retries: the one whose
-    run and checkpoint it trains on from), ``None`` for a new one."""
+def retry_chain(study: optuna.Study, number: int) -> list[int]:
+    """The trials that trial ``number`` repeats, first to last (Optuna's ``retry_history``: the last is the one right
+    before it, whose run and checkpoint it trains on from); empty for a new trial."""
     with stable_enough():
-        history = RetryHeartbeatStaleTrialCallback.retry_history(frozen_trial(study, number))
-    return history[-1] if history else None
+        return list(RetryHeartbeatStaleTrialCallback.retry_history(frozen_trial(study, number)))
+
+
+def repeated_trial(study: optuna.Study, number: int) -> int | None:
+    """The number of the trial right before trial ``number`` in its chain of retries, ``None`` for a new one."""
+    chain = retry_chain(study, number)
+    return chain[-1] if chain else None
 
 
 def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
@@ -166,4 +171,4 @@ def beating(storage: RDBStorage, trial_id: int, number: int) -> Iterator[None]:
 
 __all__ = ["GRACE_INTERVALS", "HEARTBEAT_S", "MAX_RETRY", "NOT_INHERITED", "RetryStaleTrial", "ask", "beating",
            "fail_stale_trials", "first_beat", "frozen_trial", "heartbeat_storage", "inheritable", "repeated_trial",
-           "retried_trial", "retry", "stable_enough", "trial_id_of"]
+           "retried_trial", "retry", "retry_chain", "stable_enough", "trial_id_of"]

@@ -61,7 +61,7 @@ from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.tracking.pending_replay import replay_pending
 from recipes.sweep.processes import announce_trial
 from recipes.callbacks.stop_on_signal import SIGNAL_EXIT_CODES
-from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, frozen_trial, repeated_trial, retry
+from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, frozen_trial, retry, retry_chain
 from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker, record_abandoned
 from recipes.sweep.trial import ActiveTrial, RetryOf
 from recipes.sweep.trial_cli import run_trial
@@ -300,18 +300,29 @@ def why_stop(done: dict[str, int], n_trials: int) -> str | None:
 def retry_link(client: MlflowClient, study: optuna.Study, experiment: str, number: int,
                checkpoints_dir: str = "checkpoints", max_epochs: int | None = None) -> RetryOf | None:
     """For a trial that retries one whose worker died (or was preempted): that trial (the one right before in a chain
-    of retries), its MLflow run, the last checkpoint it left (``last_checkpoint_of``) and the values it reported, said
-    in one line; ``None`` for a new trial."""
-    killed = repeated_trial(study, number)
-    if killed is None:
+    of retries), its MLflow run, the last checkpoint to train on from (``last_checkpoint_of``: that trial's, else the
+    newest an earlier trial of the chain left, when it was killed before its first) and the values reported up to
+    there, said in one line; ``None`` for a new trial."""
+    chain = retry_chain(study, number)
+    if not chain:
         return None
+    killed = chain[-1]
     run_id = trial_run_id(client, experiment, study.study_name, killed)
-    checkpoint, why_not = (last_checkpoint_of(client, run_id, experiment, checkpoints_dir, max_epochs) if run_id
-                           else (None, "the killed trial left no run"))
-    reported = {int(step): float(value) for step, value in frozen_trial(study, killed).intermediate_values.items()}
+    checkpoint, why_not, source = None, "the killed trial left no run", killed
+    for earlier in reversed(chain):
+        earlier_run = run_id if earlier == killed else trial_run_id(client, experiment, study.study_name, earlier)
+        if earlier_run is None:
+            continue
+        found, reason = last_checkpoint_of(client, earlier_run, experiment, checkpoints_dir, max_epochs)
+        why_not = reason if earlier == killed else why_not
+        if found:
+            checkpoint, source = found, earlier
+            break
+    reported = {int(step): float(value) for step, value in frozen_trial(study, source).intermediate_values.items()}
+    whose = "that run's" if source == killed else f"trial {source}'s (the killed trial saved none of its own)"
     say(f"trial {number} retries trial {killed} (its worker died) with the same values"
         + (f"; the killed trial's run: {run_id}" if run_id else "")
-        + (f"; it trains on from that run's last checkpoint ({checkpoint})" if checkpoint
+        + (f"; it trains on from {whose} last checkpoint ({checkpoint})" if checkpoint
            else f"; from the start ({why_not})"))
     return RetryOf(killed, run_id, checkpoint, reported)
 

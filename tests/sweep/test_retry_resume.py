@@ -157,3 +157,34 @@ def test_a_retry_starts_over_when_the_killed_checkpoint_is_past_the_commands_epo
     assert last_checkpoint_of(client, "run1", "exp", where, max_epochs=None) == ("run:run1/last", "")
     assert last_checkpoint_of(client, "run1", "exp", where, max_epochs=4) == (
         None, "its last checkpoint is from epoch 4, the command trains 4 epochs")
+
+
+def test_a_retry_of_a_retry_killed_before_its_first_checkpoint_trains_on_from_the_chains_newest(workdir, capsys):
+    """Trial 0 left a last.ckpt; its retry, trial 1, was killed before saving one of its own; trial 2 repeats trial 1
+    (its tag) and trains on from trial 0's checkpoint with trial 0's values."""
+    import optuna
+
+    from recipes.sweep.runner import retry_link
+    from tests.conftest import mlflow_client
+
+    client = mlflow_client(workdir)
+    experiment = client.create_experiment("exp")
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{workdir / 'chain.db'}", direction="maximize")
+    space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    history = [{}, {"failed_trial": 0, "retry_history": [0]}, {"failed_trial": 0, "retry_history": [0, 1]}]
+    for number, (state, values) in enumerate([(TrialState.FAIL, {0: 0.5, 1: 0.6}), (TrialState.FAIL, {0: 0.5}),
+                                              (TrialState.WAITING, None)]):
+        study.add_trial(optuna.create_trial(state=state, params={"x": 0.3}, distributions=space,
+                                            system_attrs=history[number], intermediate_values=values))
+    runs = {}
+    for number in (0, 1):
+        runs[number] = client.create_run(experiment, tags={"loopwise.sweep.study": "s", "loopwise.stage": "fit",
+                                                            "loopwise.sweep.trial": str(number)}).info.run_id
+    folder = workdir / "checkpoints" / "exp" / runs[0]
+    folder.mkdir(parents=True)
+    torch.save({"epoch": 1, "global_step": 10}, folder / "last.ckpt")
+    retry = retry_link(client, study, "exp", 2, str(workdir / "checkpoints"), max_epochs=5)
+    assert retry == RetryOf(1, runs[1], f"run:{runs[0]}/last", {0: 0.5, 1: 0.6})
+    assert (f"trial 2 retries trial 1 (its worker died) with the same values; the killed trial's run: {runs[1]}; it "
+            f"trains on from trial 0's (the killed trial saved none of its own) last checkpoint (run:{runs[0]}/last)"
+            in capsys.readouterr().out)
