@@ -60,6 +60,26 @@ def hold_run_lock(experiment_dir: Path, run_id: str) -> None:
     _held[path] = handle
 
 
+def run_lock_holder(experiment_dir: Path, run_id: str) -> str | None:
+    """Who holds run ``run_id``'s lock now (``"process <pid> on <host>"``), ``None`` when no live process does (the
+    lock is tried and released at once; a lock this process holds is its own: ``None``)."""
+    try:
+        import fcntl  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - Windows: no advisory locks
+        return None
+    path = lock_path(experiment_dir, run_id).resolve()
+    if path in _held or not path.is_file():
+        return None
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            return handle.read().strip() or "another process"
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return None
+
+
 def release_run_locks() -> None:
     """Release every run lock this process holds (its command has ended; the process may run another)."""
     while _held:
@@ -79,4 +99,4 @@ def lock_fit_run(trainer: Any, folders: Iterable[Path]) -> None:
         hold_run_lock(folder, str(run.run_id))
 
 
-__all__ = ["RunLocked", "hold_run_lock", "lock_fit_run", "lock_path", "release_run_locks"]
+__all__ = ["RunLocked", "hold_run_lock", "lock_fit_run", "lock_path", "release_run_locks", "run_lock_holder"]

@@ -99,8 +99,9 @@ def continue_stamped_run(
     known = [run.data.tags.get(CHECKPOINT_STEP_TAG, ""), journaled_checkpoint_step(checkpoints_dir, name, run_id)]
     newest = max((int(k) for k in known if k.isdigit()), default=None)
     older = step.isdigit() and newest is not None and int(step) < newest
-    if step.isdigit() and (older or new_run):
-        tags = {**(logger_config.get("init_args.tags") or {}), RESUMED_FROM_TAG: found, RESUMED_FROM_STEP_TAG: step}
+    if older or new_run:  # a stamp without a step (an older checkpoint) links the run, with no history to copy
+        tags = {**(logger_config.get("init_args.tags") or {}), RESUMED_FROM_TAG: found,
+                **({RESUMED_FROM_STEP_TAG: step} if step.isdigit() else {})}
         changes["init_args.tags"] = tags
         if rank_zero_only.rank == 0:
             where = f", which went on to step {newest}" if older else ""

@@ -77,11 +77,12 @@ def heartbeat_storage(url: str, interval: int = HEARTBEAT_S) -> RDBStorage:
                           heartbeat_stale_trial_callback=RetryStaleTrial())
 
 
-def retry(study: optuna.Study, trial: FrozenTrial) -> None:
+def retry(study: optuna.Study, trial: FrozenTrial, max_retry: int | None = MAX_RETRY) -> None:
     """Queue ``trial`` (failed because its worker died or was preempted) again: a WAITING trial with its values
-    (Optuna's callback), at most ``MAX_RETRY`` times per trial."""
+    (Optuna's callback), at most ``max_retry`` times per trial (``None``: always; a preemption is the scheduler's
+    doing, not the values', and its retry trains on from where it stopped)."""
     with stable_enough():
-        RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, inheritable(trial))
+        RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, inheritable(trial))
 
 
 def frozen_trial(study: optuna.Study, number: int) -> FrozenTrial:

@@ -67,6 +67,8 @@ from recipes.sweep.trial import ActiveTrial, RetryOf
 from recipes.sweep.trial_cli import run_trial
 from recipes.tracking.config import experiment_name, tracking_uri
 from recipes.tracking.logger import CHECKPOINT_ARTIFACT_DIR
+from recipes.checkpoints.run_lock import run_lock_holder
+from recipes.checkpoints.run_stamp import RESUMED_FROM_STEP_TAG, RESUMED_FROM_TAG
 
 PROG = "recipes sweep"
 MAX_TRIALS_FACTOR = 10  # a study stops starting trials after this many times --n_trials finished ones
@@ -106,11 +108,17 @@ def write_best_config(client: MlflowClient, study: optuna.Study, experiment: str
         return None
     with tempfile.TemporaryDirectory() as tmp, no_progress_bar():  # one small file: MLflow's bar says nothing
         config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml", tmp)).read_text())
-    # the winner trained as an ordinary recipe: its own run name, and its MLflow model (trials skip it)
+    # the winner trained as an ordinary recipe: its own run name, and its MLflow model (trials skip it); from the
+    # start, in a run of its own (a retry's config names the killed trial's checkpoint and the run it branched from)
     logger = (config.get("trainer") or {}).get("logger")
     if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):
         logger["init_args"]["run_name"] = None
+        tags = logger["init_args"].get("tags")
+        if isinstance(tags, dict):
+            kept = {k: v for k, v in tags.items() if k not in (RESUMED_FROM_TAG, RESUMED_FROM_STEP_TAG)}
+            logger["init_args"]["tags"] = kept or None
     config["mlflow_model"] = True
+    config["ckpt_path"] = None
     text = yaml.safe_dump(config, sort_keys=False)
     header = (f"# recipes sweep: best trial {best.number} of study {study.study_name!r} ({study.direction.name.lower()} "
               f"{best.value:.6g}), MLflow run {run_id}\n# recipes fit -c best.yaml\n")
@@ -254,7 +262,7 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
         params = {d.key: d.suggest(trial) for d in sweep.dimensions}
         active = ActiveTrial(trial, trial.number, name, parent, metric, direction, params,
                              retry_of=retry_link(client, study, experiment, trial.number, checkpoints_dir,
-                                                 params.get("trainer.max_epochs", max_epochs)))
+                                                 params.get("trainer.max_epochs", max_epochs), metric))
         announce_trial(active)
         try:
             with beating(rdb, trial_id, trial.number) if rdb is not None and trial_id is not None else nullcontext():
@@ -264,7 +272,7 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
                 trial.set_user_attr("interrupted", True)
             study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             if getattr(stop, "code", None) == SIGNAL_EXIT_CODES["SIGUSR1"]:  # SLURM's pre-kill signal: run it again
-                retry(study, frozen_trial(study, trial.number))
+                retry(study, frozen_trial(study, trial.number), max_retry=None)
             run_id = trial_run_id(client, experiment, name, trial.number)
             if run_id:
                 client.set_tag(run_id, "loopwise.sweep.failure", "interrupted")
@@ -297,18 +305,23 @@ def why_stop(done: dict[str, int], n_trials: int) -> str | None:
     return None
 
 
+NO_CHECKPOINT = "the killed trial left no checkpoint"
+
+
 def retry_link(client: MlflowClient, study: optuna.Study, experiment: str, number: int,
-               checkpoints_dir: str = "checkpoints", max_epochs: int | None = None) -> RetryOf | None:
+               checkpoints_dir: str = "checkpoints", max_epochs: int | None = None, metric: str | None = None,
+               ) -> RetryOf | None:
     """For a trial that retries one whose worker died (or was preempted): that trial (the one right before in a chain
-    of retries), its MLflow run, the last checkpoint to train on from (``last_checkpoint_of``: that trial's, else the
-    newest an earlier trial of the chain left, when it was killed before its first) and the values reported up to
-    there, said in one line; ``None`` for a new trial."""
+    of retries), its MLflow run, the last checkpoint to train on from (``last_checkpoint_of``: that trial's, else,
+    when it was killed before its first, the newest an earlier trial of the chain left) and the objective's values
+    up to there (``metric``'s history in that run, and the values that trial reported to Optuna), said in one line;
+    ``None`` for a new trial."""
     chain = retry_chain(study, number)
     if not chain:
         return None
     killed = chain[-1]
     run_id = trial_run_id(client, experiment, study.study_name, killed)
-    checkpoint, why_not, source = None, "the killed trial left no run", killed
+    checkpoint, why_not, source, source_run = None, "the killed trial left no run", killed, run_id
     for earlier in reversed(chain):
         earlier_run = run_id if earlier == killed else trial_run_id(client, experiment, study.study_name, earlier)
         if earlier_run is None:
@@ -316,24 +329,34 @@ def retry_link(client: MlflowClient, study: optuna.Study, experiment: str, numbe
         found, reason = last_checkpoint_of(client, earlier_run, experiment, checkpoints_dir, max_epochs)
         why_not = reason if earlier == killed else why_not
         if found:
-            checkpoint, source = found, earlier
+            checkpoint, source, source_run = found, earlier, earlier_run
+        if found or reason != NO_CHECKPOINT:  # a checkpoint that cannot be used: the chain's older ones neither
             break
     reported = {int(step): float(value) for step, value in frozen_trial(study, source).intermediate_values.items()}
+    history: list[tuple[int, float]] = []
+    if checkpoint and metric and source_run:
+        with suppress(Exception):  # the store out of reach: Optuna's values (one per epoch) stand in
+            history = [(m.step, m.value) for m in client.get_metric_history(source_run, metric)]
     whose = "that run's" if source == killed else f"trial {source}'s (the killed trial saved none of its own)"
     say(f"trial {number} retries trial {killed} (its worker died) with the same values"
         + (f"; the killed trial's run: {run_id}" if run_id else "")
         + (f"; it trains on from {whose} last checkpoint ({checkpoint})" if checkpoint
            else f"; from the start ({why_not})"))
-    return RetryOf(killed, run_id, checkpoint, reported)
+    return RetryOf(killed, run_id, checkpoint, reported, history)
 
 
 def last_checkpoint_of(client: MlflowClient, run_id: str, experiment: str, checkpoints_dir: str,
                        max_epochs: int | None = None) -> tuple[str | None, str]:
     """(``run:<run id>/last``, "") when run ``run_id`` left a ``last.ckpt`` a retry can train on from: in this
-    machine's checkpoint folder, unless it is already ``max_epochs`` into training (the sweep's command now trains
-    fewer epochs than the killed trial did: the retry starts over within the command's budget), or uploaded to the
-    store (another host's worker died); else (``None``, why not)."""
-    local = Path(checkpoints_dir) / experiment / run_id / "last.ckpt"
+    machine's checkpoint folder, unless a live process still trains that run (its worker was taken for dead when
+    its heartbeats stopped) or the file is already ``max_epochs`` into training (the sweep's command now trains
+    fewer epochs than the killed trial did: the retry starts over within the command's budget); or uploaded to the
+    store (a worker of another host). Else (``None``, why not: ``NO_CHECKPOINT`` when there is none)."""
+    experiment_dir = Path(checkpoints_dir) / experiment
+    holder = run_lock_holder(experiment_dir, run_id)
+    if holder is not None:
+        return None, f"its run is still being trained by {holder}"
+    local = experiment_dir / run_id / "last.ckpt"
     if local.is_file():
         with suppress(Exception):  # unreadable here: the fit's own check of the checkpoint says what is wrong
             epoch = int(torch.load(local, map_location="cpu", weights_only=True, mmap=True)["epoch"])
@@ -343,7 +366,7 @@ def last_checkpoint_of(client: MlflowClient, run_id: str, experiment: str, check
     with suppress(Exception):  # an artifact store out of reach: the retry starts from scratch, as without one
         if any(Path(a.path).name == "last.ckpt" for a in client.list_artifacts(run_id, CHECKPOINT_ARTIFACT_DIR)):
             return f"run:{run_id}/last", ""
-    return None, "the killed trial left no checkpoint"
+    return None, NO_CHECKPOINT
 
 
 def fail_stale_trials_of_dead_workers(study: optuna.Study, rdb: RDBStorage) -> list[int]:

@@ -31,9 +31,12 @@ class RetryOf:
     #: ``--ckpt_path`` of its last checkpoint (``run:<run id>/last``), ``None`` when it left none: the retry
     #: trains on from there, in a run of its own linked to the killed one
     checkpoint: str | None = None
-    #: the objective's values the killed trial reported, by epoch: those before the checkpoint's epoch are the
-    #: retry's own too (its objective, and what the pruner compares)
+    #: the objective's values the killed trial reported to Optuna, by epoch (the first validation of each): those
+    #: before the checkpoint's epoch are the retry's too, for the pruner
     reported: dict[int, float] = field(default_factory=dict)
+    #: the objective's history in the killed run, (global step, value) of every validation: those before the
+    #: checkpoint's step count toward the retry's objective, as they would have in a run never killed
+    history: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -61,12 +64,22 @@ class ActiveTrial:
         """Keep the objective metric of one more validation (rank 0)."""
         self.values.append(value)
 
-    def reported_before(self, epoch: int) -> list[tuple[int, float]]:
-        """(epoch, value) of the killed trial this one retries, for the epochs before ``epoch`` (where the retry's
-        training starts, from that trial's checkpoint); none for a new trial or a retry from scratch."""
+    def reported_through(self, epoch: int) -> list[tuple[int, float]]:
+        """(epoch, value) the killed trial this one retries reported to Optuna (the first validation of each epoch)
+        for the epochs up to ``epoch``, the one the retry's training resumes in from that trial's checkpoint (its
+        first validation may be before the checkpoint, in the middle of the epoch or at its end; where it came after,
+        an exact resume reports the same value); none for a new trial or a retry from scratch."""
         if self.retry_of is None or self.retry_of.checkpoint is None:
             return []
-        return sorted((step, value) for step, value in self.retry_of.reported.items() if step < epoch)
+        return sorted((step, value) for step, value in self.retry_of.reported.items() if step <= epoch)
+
+    def validated_before(self, step: int) -> list[float]:
+        """The objective's values of every validation of the killed trial before global step ``step`` (the
+        checkpoint's: a validation logs at the step before the checkpoint it leads to), from its run's history; none
+        for a new trial or a retry from scratch."""
+        if self.retry_of is None or self.retry_of.checkpoint is None:
+            return []
+        return [value for at, value in self.retry_of.history if at < step]
 
     def mark_pruned(self, where: str) -> None:
         """The pruner stopped the trial after a validation; ``where`` says which (``"epoch 3: val/acc 0.71"``)."""

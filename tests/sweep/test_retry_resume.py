@@ -45,8 +45,21 @@ def checkpointed_after_a_validation(workdir) -> bool:
 
 
 @pytest.mark.slow
-def test_a_killed_trial_is_retried_from_its_last_checkpoint_and_ends_as_if_never_killed(workdir, capsys):
-    dead = start_sweep(workdir, "--n_trials", "1", "--trainer.max_epochs", EPOCHS)
+def test_a_killed_trial_is_retried_from_its_last_checkpoint_and_ends_as_if_never_killed(workdir, capsys, monkeypatch):
+    """Two validations an epoch (``val_check_interval 0.5``): the checkpoint may be in the middle of an epoch, and
+    Optuna keeps one value an epoch, so the retry's objective must come from the killed run's history."""
+    import recipes.sweep.runner as runner
+
+    recorded: dict[int, list[float]] = {}
+    real = runner.record_trial
+
+    def keep_values(study, client, trial, active, *rest):
+        recorded[trial.number] = list(active.values)
+        return real(study, client, trial, active, *rest)
+
+    monkeypatch.setattr(runner, "record_trial", keep_values)
+    twice = ["--trainer.val_check_interval", "0.5"]
+    dead = start_sweep(workdir, "--n_trials", "1", "--trainer.max_epochs", EPOCHS, *twice)
     deadline = time.monotonic() + 180
     while not checkpointed_after_a_validation(workdir):
         assert dead.poll() is None, dead.communicate()
@@ -56,7 +69,7 @@ def test_a_killed_trial_is_retried_from_its_last_checkpoint_and_ends_as_if_never
     dead.wait(timeout=60)
 
     # the same command again, on this host: trial 0's worker is gone, trial 1 repeats it from its last.ckpt
-    assert sweep("--n_trials", "1", "--trainer.max_epochs", EPOCHS, "--torch_threads", "1") == 0
+    assert sweep("--n_trials", "1", "--trainer.max_epochs", EPOCHS, "--torch_threads", "1", *twice) == 0
     study = study_of(workdir)
     assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE]
     assert retried_trial(study, 1) == 0 and repeated_trial(study, 1) == 0
@@ -73,20 +86,24 @@ def test_a_killed_trial_is_retried_from_its_last_checkpoint_and_ends_as_if_never
     assert resumed_at > 0 and runs[0].info.status == "KILLED" and runs[1].info.status == "FINISHED"
 
     # the uninterrupted run of the same values: the retry ends exactly there, with the same validation curve
-    straight, last = straight_fit(workdir, retry.params, "--trainer.max_epochs", EPOCHS)
+    best = (workdir / "best.yaml").read_text()  # the winner is the retry: best.yaml trains it from the start
+    assert "ckpt_path: null" in best and "resumed_from" not in best and killed_run not in best.split("\n", 2)[2]
+    straight, last = straight_fit(workdir, retry.params, "--trainer.max_epochs", EPOCHS, *twice)
     assert_same_training_state(last, last_of(workdir, "spiral_mlp", retry_run))
     client = mlflow_client(workdir)
     curve = {run_id: [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, "val/acc"),
                                                         key=lambda m: m.step)]
              for run_id in (straight.info.run_id, retry_run)}
-    assert len(curve[retry_run]) == int(EPOCHS) and curve[retry_run] == curve[straight.info.run_id]
+    assert len(curve[retry_run]) == 2 * int(EPOCHS) and curve[retry_run] == curve[straight.info.run_id]
 
-    # the objective is the best over the whole trajectory: the killed trial's values before the checkpoint count
+    # the objective is the best over the whole trajectory: every validation of the killed trial before the
+    # checkpoint counts (from its run's history), and Optuna's pruner sees one value an epoch, the killed ones too
+    assert recorded[1] == [value for _, value in curve[straight.info.run_id]]
+    assert retry.value == max(recorded[1])
     assert killed_trial.intermediate_values  # it reported validations before it was killed
     assert sorted(retry.intermediate_values) == list(range(int(EPOCHS)))
     for epoch, value in killed_trial.intermediate_values.items():
         assert math.isclose(retry.intermediate_values[epoch], value, rel_tol=1e-6)
-    assert retry.value == max(value for _, value in curve[straight.info.run_id])
 
 
 def test_a_retry_resumes_from_the_killed_trials_checkpoint_and_takes_its_earlier_values():
@@ -96,10 +113,12 @@ def test_a_retry_resumes_from_the_killed_trials_checkpoint_and_takes_its_earlier
     active = ActiveTrial(None, 5, "s", None, "val/acc", "maximize", {"data.init_args.batch_size": 64}, retry_of=retry)
     assert trial_arguments(["-c", "x.yaml"], active)[-2:] == ["--data.init_args.batch_size=64",
                                                               "--ckpt_path=run:abc/last"]
-    assert active.reported_before(2) == [(0, 0.5), (1, 0.7)]
+    assert active.reported_through(1) == [(0, 0.5), (1, 0.7)]
+    active.retry_of = RetryOf(3, "abc", "run:abc/last", {}, [(6, 0.5), (13, 0.6), (20, 0.7)])
+    assert active.validated_before(20) == [0.5, 0.6]  # a validation logs at the step before its checkpoint's
     assert active.tags()["loopwise.sweep.retry_of_trial"] == "3"
     scratch = ActiveTrial(None, 5, "s", None, "val/acc", "maximize", {}, retry_of=RetryOf(3, "abc", None, {0: 0.5}))
-    assert scratch.reported_before(2) == [] and not any(a.startswith("--ckpt_path") for a in
+    assert scratch.reported_through(2) == [] and not any(a.startswith("--ckpt_path") for a in
                                                         trial_arguments([], scratch))
 
 
@@ -184,7 +203,36 @@ def test_a_retry_of_a_retry_killed_before_its_first_checkpoint_trains_on_from_th
     folder.mkdir(parents=True)
     torch.save({"epoch": 1, "global_step": 10}, folder / "last.ckpt")
     retry = retry_link(client, study, "exp", 2, str(workdir / "checkpoints"), max_epochs=5)
-    assert retry == RetryOf(1, runs[1], f"run:{runs[0]}/last", {0: 0.5, 1: 0.6})
+    assert retry == RetryOf(1, runs[1], f"run:{runs[0]}/last", {0: 0.5, 1: 0.6})  # no metric asked: no history
     assert (f"trial 2 retries trial 1 (its worker died) with the same values; the killed trial's run: {runs[1]}; it "
             f"trains on from trial 0's (the killed trial saved none of its own) last checkpoint (run:{runs[0]}/last)"
             in capsys.readouterr().out)
+
+
+def test_a_retry_starts_over_while_a_live_process_still_trains_the_killed_run(tmp_path):
+    """A worker taken for dead (its heartbeats stopped) may still be training: its run's lock is held, so the retry
+    does not take its checkpoint (the fit would refuse the run) and starts from the start."""
+    import subprocess
+    import sys
+
+    from recipes.checkpoints.run_lock import lock_path, run_lock_holder
+
+    folder = tmp_path / "checkpoints" / "exp" / "run1"
+    folder.mkdir(parents=True)
+    torch.save({"epoch": 1, "global_step": 10}, folder / "last.ckpt")
+    lock = lock_path(tmp_path / "checkpoints" / "exp", "run1")
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time\n"
+        f"f = open({str(lock)!r}, 'a+'); fcntl.flock(f.fileno(), fcntl.LOCK_EX); f.write('process 7 on far')\n"
+        "f.flush(); print('held', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert run_lock_holder(tmp_path / "checkpoints" / "exp", "run1") == "process 7 on far"
+        assert last_checkpoint_of(None, "run1", "exp", str(tmp_path / "checkpoints")) == (
+            None, "its run is still being trained by process 7 on far")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_lock_holder(tmp_path / "checkpoints" / "exp", "run1") is None  # the OS released it with the process
+    assert last_checkpoint_of(None, "run1", "exp", str(tmp_path / "checkpoints")) == ("run:run1/last", "")
