@@ -109,6 +109,22 @@ def repeated_trial(study: optuna.Study, number: int) -> int | None:
     return chain[-1] if chain else None
 
 
+def queued_again(study: optuna.Study, numbers: list[int]) -> str:
+    """How the failed trials ``numbers`` went on, for the line that names them: "queued again with the same values",
+    naming those that were not (``MAX_RETRY`` retries of their values had been made already)."""
+    with stable_enough():
+        repeated = {RetryHeartbeatStaleTrialCallback.retry_history(t)[-1] for t in study.get_trials(deepcopy=False)
+                    if RetryHeartbeatStaleTrialCallback.retry_history(t)}
+    dropped = [n for n in numbers if n not in repeated]
+    if not dropped:
+        return "queued again with the same values"
+    shown = ", ".join(map(str, dropped))
+    why = f"already ran {MAX_RETRY + 1} times or more, each run stopped with its worker"
+    if len(dropped) == len(numbers):
+        return f"not queued again (their values {why})"
+    return f"queued again with the same values, except {shown} (whose values {why})"
+
+
 def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
     """Fail (and retry) the RUNNING trials whose worker stopped beating; the numbers of those this call failed (not
     a trial another worker failed or told meanwhile). Nothing without heartbeats."""
@@ -171,5 +187,5 @@ def beating(storage: RDBStorage, trial_id: int, number: int) -> Iterator[None]:
 
 
 __all__ = ["GRACE_INTERVALS", "HEARTBEAT_S", "MAX_RETRY", "NOT_INHERITED", "RetryStaleTrial", "ask", "beating",
-           "fail_stale_trials", "first_beat", "frozen_trial", "heartbeat_storage", "inheritable", "repeated_trial",
-           "retried_trial", "retry", "retry_chain", "stable_enough", "trial_id_of"]
+           "fail_stale_trials", "first_beat", "frozen_trial", "heartbeat_storage", "inheritable", "queued_again",
+           "repeated_trial", "retried_trial", "retry", "retry_chain", "stable_enough", "trial_id_of"]

@@ -61,7 +61,8 @@ from recipes.tracking.abandoned_runs import close_abandoned_runs, workers_alive
 from recipes.tracking.pending_replay import replay_pending
 from recipes.sweep.processes import announce_trial
 from recipes.callbacks.stop_on_signal import SIGNAL_EXIT_CODES
-from recipes.sweep.heartbeat import ask, beating, fail_stale_trials, first_beat, frozen_trial, retry, retry_chain
+from recipes.sweep.heartbeat import (ask, beating, fail_stale_trials, first_beat, frozen_trial, queued_again, retry,
+                                     retry_chain)
 from recipes.sweep.workers import claim_trial, fail_abandoned_trials, mark_dead_workers, mark_worker, record_abandoned
 from recipes.sweep.trial import ActiveTrial, RetryOf
 from recipes.sweep.trial_cli import run_trial
@@ -152,7 +153,7 @@ def run_sweep(options: Namespace, fit_args: list[str], sweep: SweepFile, cfg: Na
         with trial_start_lock(storage):
             dead = fail_abandoned_trials(study)
             stale = fail_stale_trials_of_dead_workers(study, rdb)
-        settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True)
+        settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True, study=study)
         settle_stale_trials(client, study, experiment, stale)
         run_trials(options, fit_args, sweep, study, client, parent, experiment, metric, checkpoints_dir, rdb,
                    cfg.get("trainer.max_epochs"))
@@ -180,14 +181,15 @@ def run_sweep(options: Namespace, fit_args: list[str], sweep: SweepFile, cfg: Na
 
 
 def settle_dead_workers(client: MlflowClient, parent: str, experiment: str, checkpoints_dir: str, dead: list[int],
-                        always: bool = False) -> None:
+                        always: bool = False, study: optuna.Study | None = None) -> None:
     """What workers killed beside this one left, once their trials ``dead`` are failed in Optuna: said in one line;
     their trials' runs get what their journals hold and end KILLED (``replay_pending``; a run without a journal is
     ended KILLED by ``close_abandoned_runs``); their worker tags on the parent say ``died``. Nothing when ``dead`` is
     empty unless ``always`` (this worker's start and end: a dead run may be left from before)."""
     if dead:
+        how = queued_again(study, dead) if study is not None else "queued again with the same values"
         say(f"trial(s) {', '.join(map(str, dead))} were left RUNNING by a worker that no longer exists: failed, and "
-            "queued again with the same values")
+            f"{how}")
     if not (dead or always):
         return
     replay_pending(client.tracking_uri, checkpoints_dir)  # their fit runs: their last values, then KILLED
@@ -203,7 +205,7 @@ def close_parent(client: MlflowClient, study: optuna.Study, storage: str, parent
     mark_worker(client, parent, "ended")
     with trial_start_lock(storage):
         dead = fail_abandoned_trials(study)
-    settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True)
+    settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, always=True, study=study)
     record_progress(study, client, parent)  # the counts as Optuna holds them now (a trial failed since is counted)
     others = workers_alive(client.get_run(parent).data.tags, socket.gethostname())
     if counts(study)["running"] == 0 and not others:
@@ -239,7 +241,7 @@ def run_trials(options: Namespace, fit_args: list[str], sweep: SweepFile, study:
                 trial = ask(study)
                 claim_trial(trial)  # before anything else can fail: its pid and first heartbeat say who runs it
                 trial_id = first_beat(study, rdb, trial.number) if rdb is not None else None
-        settle_dead_workers(client, parent, experiment, checkpoints_dir, dead)
+        settle_dead_workers(client, parent, experiment, checkpoints_dir, dead, study=study)
         settle_stale_trials(client, study, experiment, stale)
         if enough:
             if hopeless is not None:
@@ -382,8 +384,8 @@ def settle_stale_trials(client: MlflowClient, study: optuna.Study, experiment: s
     which also queued them again and counted them as interrupted): said in one line, their runs ended KILLED."""
     if not stale:
         return
-    say(f"trial(s) {', '.join(map(str, stale))} stopped sending heartbeats (their worker died): failed, and queued "
-        "again with the same values")
+    say(f"trial(s) {', '.join(map(str, stale))} stopped sending heartbeats (their worker died): failed, and "
+        f"{queued_again(study, stale)}")
     for number in stale:
         run_id = trial_run_id(client, experiment, study.study_name, number)
         if run_id and client.get_run(run_id).info.status == "RUNNING":

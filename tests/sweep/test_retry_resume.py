@@ -236,3 +236,24 @@ def test_a_retry_starts_over_while_a_live_process_still_trains_the_killed_run(tm
         holder.wait()
     assert run_lock_holder(tmp_path / "checkpoints" / "exp", "run1") is None  # the OS released it with the process
     assert last_checkpoint_of(None, "run1", "exp", str(tmp_path / "checkpoints")) == ("run:run1/last", "")
+
+
+def test_the_line_says_which_dead_trials_were_not_queued_again(tmp_path):
+    """A trial whose values already ran MAX_RETRY + 1 times is failed but not retried: the line says so instead of
+    "queued again"."""
+    import optuna
+
+    from recipes.sweep.heartbeat import MAX_RETRY, queued_again
+
+    assert MAX_RETRY == 2
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'q.db'}")
+    space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    chains = [{}, {"failed_trial": 0, "retry_history": [0]}, {"failed_trial": 0, "retry_history": [0, 1]},
+              {}, {"failed_trial": 3, "retry_history": [3]}]
+    for attrs in chains:  # 0 -> 1 -> 2 (2 dead, not retried: 3 runs of its values); 3 -> 4 (waiting)
+        state = TrialState.WAITING if attrs.get("retry_history") == [3] else TrialState.FAIL
+        study.add_trial(optuna.create_trial(state=state, params={"x": 0.1}, distributions=space, system_attrs=attrs))
+    assert queued_again(study, [3]) == "queued again with the same values"
+    assert queued_again(study, [2]) == ("not queued again (their values already ran 3 times or more, each run "
+                                        "stopped with its worker)")
+    assert queued_again(study, [2, 3]).startswith("queued again with the same values, except 2 (whose values")
