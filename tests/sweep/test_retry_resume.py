@@ -257,3 +257,20 @@ def test_the_line_says_which_dead_trials_were_not_queued_again(tmp_path):
     assert queued_again(study, [2]) == ("not queued again (their values already ran 3 times or more, each run "
                                         "stopped with its worker)")
     assert queued_again(study, [2, 3]).startswith("queued again with the same values, except 2 (whose values")
+
+
+def test_ddp_followers_get_the_retrys_checkpoint_with_the_announced_trial(monkeypatch):
+    """Under DDP every process resumes the same checkpoint: rank 0 announces the retry with it (the environment the
+    launcher copies for the first trial), a follower builds the same fit arguments (the values reported before are
+    rank 0's business)."""
+    from recipes.sweep.processes import TRIAL_ENV, announce_trial, next_trial
+
+    monkeypatch.delenv(TRIAL_ENV, raising=False)
+    retry = RetryOf(3, "abc", "run:abc/last", {0: 0.5}, [(6, 0.5)])
+    active = ActiveTrial(object(), 5, "s", "parent", "val/acc", "maximize", {"data.init_args.batch_size": 64},
+                         retry_of=retry)
+    announce_trial(active)
+    followed = next_trial(first=True)
+    assert followed.retry_of == RetryOf(3, "abc", "run:abc/last")
+    assert trial_arguments(["-c", "x.yaml"], followed) == trial_arguments(["-c", "x.yaml"], active)
+    assert followed.tags() == active.tags()
