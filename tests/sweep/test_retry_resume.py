@@ -274,3 +274,50 @@ def test_ddp_followers_get_the_retrys_checkpoint_with_the_announced_trial(monkey
     assert followed.retry_of == RetryOf(3, "abc", "run:abc/last")
     assert trial_arguments(["-c", "x.yaml"], followed) == trial_arguments(["-c", "x.yaml"], active)
     assert followed.tags() == active.tags()
+
+
+@pytest.mark.slow
+def test_under_ddp_both_processes_train_the_retry_on_from_the_killed_trials_checkpoint(workdir, capsys):
+    """A 2-process DDP sweep worker (rank 1 started by Lightning's launcher) is killed, both processes, in the middle
+    of its trial; the same command again retries the trial on both processes from its last.ckpt, and ends with the
+    weights of an uninterrupted 2-process fit of the same values, bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import CONFIGS, DDP, on_two_processes, recipes_env
+    from tests.preloaded_python import preloaded_run
+
+    ddp = ["-c", str(DDP), "--trainer.accelerator", "cpu", "--trainer.devices", "2"]
+    args = [*SHORT, "--trainer.max_epochs", "8", "--torch_threads", "1", "--system_metrics_interval", "0"]
+    command = [sys.executable, "-m", "recipes", "sweep", "-c", str(SPIRAL), "-c", str(CONFIGS / "sweeps" /
+               "spiral_mlp.yaml"), *ddp, *args, "--n_trials", "1"]
+    env = {**recipes_env(), "OMP_NUM_THREADS": "1"}
+    dead = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its own process group: rank 0 and the rank 1 it launches
+    deadline = time.monotonic() + 240
+    while not checkpointed_after_a_validation(workdir):
+        assert dead.poll() is None, "the DDP sweep worker ended before it was killed"
+        assert time.monotonic() < deadline, "the trial saved no checkpoint after a validation"
+        time.sleep(0.05)
+    os.killpg(dead.pid, signal.SIGKILL)  # kill -9 of both processes
+    dead.wait(timeout=60)
+
+    out = preloaded_run(command, cwd=workdir, env=env, timeout=420)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    study = study_of(workdir)
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    [killed] = [r for r in runs_of(workdir, "spiral_mlp") if r.data.tags.get("loopwise.sweep.trial") == "0"]
+    assert f"it trains on from that run's last checkpoint (run:{killed.info.run_id}/last)" in out.stdout
+    assert "recipes sweep: rank 1 follows trial 1: " in out.stdout
+    retry = next(r for r in runs_of(workdir, "spiral_mlp") if r.data.tags.get("loopwise.sweep.trial") == "1")
+    assert retry.info.status == "FINISHED" and retry.data.tags["loopwise.resumed_from_run"] == killed.info.run_id
+    assert retry.data.params["plan.devices"] == "2" and int(retry.data.tags["loopwise.resumed_from_step"]) > 0
+
+    values = [f"--{key}={as_cli_value(value)}" for key, value in study.trials[1].params.items()]
+    on_two_processes(workdir, "fit", SPIRAL, *args, *values)
+    [straight] = [r for r in runs_of(workdir, "spiral_mlp") if r.data.tags.get("loopwise.stage") == "fit"
+                  and "loopwise.sweep.trial" not in r.data.tags]
+    assert_same_training_state(last_of(workdir, "spiral_mlp", straight.info.run_id),
+                               last_of(workdir, "spiral_mlp", retry.info.run_id))
