@@ -43,6 +43,17 @@ def under_slurm() -> bool:
     return SLURMEnvironment.detect()
 
 
+def step_tasks() -> int:
+    """How many tasks ``srun`` started for this job step (``SLURM_NTASKS``), each a process of its own; 1 outside
+    SLURM and under ``torchrun`` (which starts the processes itself)."""
+    if not under_slurm() or TorchElasticEnvironment.detect():
+        return 1
+    try:
+        return max(1, int(os.environ.get("SLURM_NTASKS", "1")))
+    except ValueError:
+        return 1
+
+
 def slurm_job() -> str | None:
     """The job this process belongs to as ``scontrol requeue`` names it: ``<array job>_<task>`` in an array, else
     ``SLURM_JOB_ID``; ``None`` outside SLURM."""
@@ -136,5 +147,5 @@ def requeued_checkpoint(tracking_uri: str, experiment: str, checkpoints_dir: str
     return f"run:{run_id}/last"
 
 
-__all__ = ["JOB_TAG", "job_tags", "requeue", "requeue_signal_stops", "requeued_checkpoint", "slurm_job", "under_slurm",
-           "with_requeue_off"]
+__all__ = ["JOB_TAG", "job_tags", "requeue", "requeue_signal_stops", "requeued_checkpoint", "slurm_job", "step_tasks",
+           "under_slurm", "with_requeue_off"]

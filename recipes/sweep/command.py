@@ -155,6 +155,22 @@ def check_tracked(cfg: Namespace) -> None:
         raise SweepError("a sweep tracks its trials in MLflow: keep the recipe's trainer.logger (RecipeLogger) on")
 
 
+def check_one_task() -> None:
+    """A sweep worker is one process: ``srun`` with several tasks would start a worker per task, each sampling its
+    own trial, and DDP between them would train two trials' values as one model (or wait forever for a process that
+    ended). A ``SweepError`` names the fix, before anything else."""
+    from recipes.run.slurm import step_tasks  # noqa: PLC0415
+
+    tasks = step_tasks()
+    if tasks > 1:
+        raise SweepError(
+            f"this SLURM job step runs {tasks} tasks (SLURM_NTASKS={tasks}): each would be a sweep worker with a "
+            "trial of its own, and DDP between them would train different trials' values as one model; run one "
+            "task per sweep worker with one device (#SBATCH --ntasks-per-node=1; a job array for several workers: "
+            "docs/how-to/slurm.md)"
+        )
+
+
 def usable_storage(storage: str | None) -> str | None:
     """``--storage`` as Optuna will open it: a PostgreSQL or MySQL URL naming the driver installed here, checked to
     answer now (``recipes.tracking.database_urls``); a missing driver, a database that does not answer or a refused
@@ -190,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     # that repeated the whole command line, --storage password included, before each
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     try:
+        check_one_task()
         if not is_follower():  # a DDP follower never opens the study
             options.storage = usable_storage(options.storage)  # before the recipe is parsed (and seeded)
         sweep = read_sweep_file(sweep_path)
@@ -222,5 +239,5 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
-__all__ = ["SweepError", "build_parser", "main", "own_arguments", "parsed_fit_config", "split_arguments",
-           "sweep_options", "usable_storage"]
+__all__ = ["SweepError", "build_parser", "check_one_task", "main", "own_arguments", "parsed_fit_config",
+           "split_arguments", "sweep_options", "usable_storage"]

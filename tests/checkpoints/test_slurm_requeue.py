@@ -168,3 +168,25 @@ def test_sigusr1_to_both_ranks_of_a_ddp_job_stops_them_together_requeues_once_an
     assert len(runs) == 2 and runs[1].info.status == "FINISHED"
     assert_same_training_state(last_of(workdir, "spiral_mlp", first.info.run_id),
                                last_of(workdir, "spiral_mlp", preempted.info.run_id))
+
+
+def test_a_sweep_in_a_job_step_of_several_tasks_is_one_line_before_anything(monkeypatch, capsys, workdir):
+    """``srun`` with 2 tasks would start two sweep workers that DDP joins, each with its own trial (seen: rank 0
+    waited forever for a rank 1 that had ended; with more trials the two would train different values as one model):
+    each task stops at once with one line naming the fix. One task per worker is the job array's way."""
+    from recipes.sweep.command import main
+    from tests.conftest import SPIRAL
+    from tests.sweep_runs import SWEEP
+
+    for key, value in SLURM.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    assert main(["-c", str(SPIRAL), "-c", str(SWEEP), "--n_trials", "1"]) == 2
+    [line] = [l for l in capsys.readouterr().err.splitlines() if l.startswith("recipes")]
+    assert line.startswith("recipes sweep: error: this SLURM job step runs 2 tasks (SLURM_NTASKS=2): ")
+    assert "#SBATCH --ntasks-per-node=1" in line
+    assert not (workdir / "optuna.db").exists()  # nothing opened
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # the job array's task: one worker
+    from recipes.run.slurm import step_tasks
+
+    assert step_tasks() == 1
