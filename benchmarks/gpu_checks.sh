@@ -39,13 +39,9 @@
 #     <each name==version above>
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_checks}
-mkdir -p "$OUT"
-PY=${PYTHON:-python3}
-SITE=${SITE:-/tmp/site}  # where the carried wheels are installed
 NAME=gpu_checks
 BUDGET=405  # seconds for the steps after the wheels' install
-source benchmarks/gpu_checks_common.sh  # the wheels, the environment, step()
+source benchmarks/gpu_checks_common.sh  # OUT, PY, SITE; the wheels, the environment, step()
 
 info() {
     nvidia-smi -L

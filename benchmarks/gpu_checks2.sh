@@ -26,13 +26,9 @@
 # Wheels: the .whl/ of benchmarks/gpu_checks.sh (its header lists them and how to fetch them again).
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_checks2}
-mkdir -p "$OUT"
-PY=${PYTHON:-python3}
-SITE=${SITE:-/tmp/site}  # where the carried wheels are installed
 NAME=gpu_checks2
 BUDGET=280  # seconds for the steps after the wheels' install
-source benchmarks/gpu_checks_common.sh  # the wheels, the environment, step()
+source benchmarks/gpu_checks_common.sh  # OUT, PY, SITE; the wheels, the environment, step()
 
 cuda_tests() {
     # the CUDA-only tests (found by their skipif, as gpu_checks.sh does; the augmentation's whole module by its name)

@@ -1,7 +1,12 @@
-# Shared by benchmarks/gpu_checks.sh and gpu_checks2.sh (sourced, never run alone): installs the wheels carried in
-# .whl/ into $SITE, exports what the steps need, and defines `step`, which runs one step under a timeout cut to what
-# is left of the script's time. The sourcing script sets NAME (its name in messages), OUT, PY, SITE and BUDGET
-# (seconds for all the steps after the install).
+# Shared by benchmarks/gpu_checks.sh, gpu_checks2.sh and gpu_step.sh (sourced from the repository root, never run
+# alone): installs the wheels carried in .whl/ into $SITE, exports what the steps need, and defines `step`, which runs
+# one step under a timeout cut to what is left of the script's time. The sourcing script sets NAME (its name in
+# messages and its default output folder) and BUDGET (seconds for all the steps after the install); the environment
+# may set OUT (default /tmp/$NAME), PYTHON (default python3) and SITE (where the wheels go, default /tmp/site).
+OUT=${OUT:-/tmp/$NAME}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+SITE=${SITE:-/tmp/site}
 SUMMARY=""
 T0=$SECONDS
 if ls .whl/*.whl >/dev/null 2>&1; then

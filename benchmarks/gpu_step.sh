@@ -26,13 +26,9 @@
 # Python); transformers must be on the device (its image had 5.17.0) for resnet18 and vit_s.
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_step}
-mkdir -p "$OUT"
-PY=${PYTHON:-python3}
-SITE=${SITE:-/tmp/site}  # where the carried wheels are installed
 NAME=gpu_step
 BUDGET=390  # seconds for the steps after the wheels' install
-source benchmarks/gpu_checks_common.sh  # the wheels, the environment, step()
+source benchmarks/gpu_checks_common.sh  # OUT, PY, SITE; the wheels, the environment, step()
 
 step info 20 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; \
 $PY -c 'import sys, torch, lightning, transformers; print(sys.version.split()[0], torch.__version__, torch.version.cuda, \

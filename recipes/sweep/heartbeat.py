@@ -9,8 +9,8 @@ the trial trains (``beating``).
 
 A stale trial (and a trial of a dead process of this host, ``recipes.sweep.workers``) is retried by Optuna's
 ``RetryHeartbeatStaleTrialCallback``: a new WAITING trial with the same values, which the next ``ask`` of any worker
-takes first; ``retried_trial`` names the first trial of the chain it repeats, ``repeated_trial`` the one right
-before it, whose MLflow run and last checkpoint the retry trains on from (``recipes.sweep.runner.retry_link``).
+takes first; ``retried_trial`` names the first trial of the chain it repeats, ``retry_chain`` the whole chain, whose
+last trial's MLflow run and last checkpoint the retry trains on from (``recipes.sweep.runner.retry_link``).
 """
 
 from __future__ import annotations
@@ -103,18 +103,12 @@ def retry_chain(study: optuna.Study, number: int) -> list[int]:
         return list(RetryHeartbeatStaleTrialCallback.retry_history(frozen_trial(study, number)))
 
 
-def repeated_trial(study: optuna.Study, number: int) -> int | None:
-    """The number of the trial right before trial ``number`` in its chain of retries, ``None`` for a new one."""
-    chain = retry_chain(study, number)
-    return chain[-1] if chain else None
-
-
 def queued_again(study: optuna.Study, numbers: list[int]) -> str:
     """How the failed trials ``numbers`` went on, for the line that names them: "queued again with the same values",
     naming those that were not (``MAX_RETRY`` retries of their values had been made already)."""
     with stable_enough():
-        repeated = {RetryHeartbeatStaleTrialCallback.retry_history(t)[-1] for t in study.get_trials(deepcopy=False)
-                    if RetryHeartbeatStaleTrialCallback.retry_history(t)}
+        histories = [RetryHeartbeatStaleTrialCallback.retry_history(t) for t in study.get_trials(deepcopy=False)]
+    repeated = {history[-1] for history in histories if history}
     dropped = [n for n in numbers if n not in repeated]
     if not dropped:
         return "queued again with the same values"
@@ -188,4 +182,4 @@ def beating(storage: RDBStorage, trial_id: int, number: int) -> Iterator[None]:
 
 __all__ = ["GRACE_INTERVALS", "HEARTBEAT_S", "MAX_RETRY", "NOT_INHERITED", "RetryStaleTrial", "ask", "beating",
            "fail_stale_trials", "first_beat", "frozen_trial", "heartbeat_storage", "inheritable", "queued_again",
-           "repeated_trial", "retried_trial", "retry", "retry_chain", "stable_enough", "trial_id_of"]
+           "retried_trial", "retry", "retry_chain", "stable_enough", "trial_id_of"]

@@ -419,5 +419,6 @@ def record_trial(study: optuna.Study, client: MlflowClient, trial: optuna.Trial,
         say(f"trial {trial.number}: failed: {reason}")
 
 
-__all__ = ["close_parent", "last_checkpoint_of", "record_trial", "retry_link", "run_sweep", "run_trials", "settle_dead_workers",
-           "settle_stale_trials", "fail_stale_trials_of_dead_workers", "trial_run_id", "why_stop", "write_best_config"]
+__all__ = ["close_parent", "fail_stale_trials_of_dead_workers", "last_checkpoint_of", "record_trial", "retry_link",
+           "run_sweep", "run_trials", "settle_dead_workers", "settle_stale_trials", "trial_run_id", "why_stop",
+           "write_best_config"]

@@ -58,9 +58,9 @@ def study_counts(storage: str, study_name: str) -> dict[str, int] | None:
 
 
 def trial_counts(trials: Any, abandoned: set[int]) -> dict[str, int]:
-    """Optuna trials by state: complete, pruned, failed, interrupted, running, waiting. A trial stopped by Ctrl+C or SIGTERM
-    (user attribute ``interrupted``) or failed because its worker died (its number in ``abandoned``) is interrupted,
-    not failed: it does not use the ``--n_trials`` budget. The one count of a sweep's trials, for its workers
+    """Optuna trials by state: complete, pruned, failed, interrupted, running, waiting. A trial stopped by Ctrl+C or
+    SIGTERM (user attribute ``interrupted``) or failed because its worker died (its number in ``abandoned``) is
+    interrupted, not failed: it does not use the ``--n_trials`` budget. The one count of a sweep's trials, for its workers
     (``recipes.sweep.study.counts``) and for a later command closing a dead sweep (``study_counts``)."""
     counts = dict.fromkeys((*COUNTED, "running", "waiting"), 0)
     for trial in trials:

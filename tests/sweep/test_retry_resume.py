@@ -17,7 +17,7 @@ import torch
 from optuna.trial import TrialState
 
 from recipes.cli import main
-from recipes.sweep.heartbeat import repeated_trial, retried_trial
+from recipes.sweep.heartbeat import retried_trial, retry_chain
 from recipes.sweep.space import as_cli_value
 from recipes.sweep.trial import ActiveTrial, RetryOf
 from recipes.sweep.trial_cli import trial_arguments
@@ -72,7 +72,7 @@ def test_a_killed_trial_is_retried_from_its_last_checkpoint_and_ends_as_if_never
     assert sweep("--n_trials", "1", "--trainer.max_epochs", EPOCHS, "--torch_threads", "1", *twice) == 0
     study = study_of(workdir)
     assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE]
-    assert retried_trial(study, 1) == 0 and repeated_trial(study, 1) == 0
+    assert retried_trial(study, 1) == 0 and retry_chain(study, 1) == [0]
     killed_trial, retry = study.trials
     runs = {int(r.data.tags["loopwise.sweep.trial"]): r for r in runs_of(workdir, "spiral_mlp")
             if r.data.tags.get("loopwise.stage") == "fit"}
